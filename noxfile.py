@@ -1,0 +1,77 @@
+"""Test sessions: one per package, each in a fresh venv holding only that
+package, its workspace siblings and its `test` extra (pinned by uv.lock), so
+every family is proven installable on its own.
+
+    uv run nox                  # every session below
+    uv run nox -s iron-core     # one package
+    uv run nox -s lint
+    uv run nox -s slow          # the cases marked slow, across packages
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGES = sorted(p.parent.name for p in ROOT.glob("packages/*/pyproject.toml"))
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_existing_virtualenvs = False
+nox.options.sessions = [*PACKAGES, "slow", "lint"]
+
+
+def _export(session: nox.Session, *args: str) -> Path:
+    """Write the locked requirements that `uv export` gives for `args`."""
+    out = Path(session.create_tmp()) / "requirements.txt"
+    session.run_install(
+        "uv", "export", "--frozen", "--no-hashes", "--no-header", "--no-editable",
+        "--no-emit-project", *args, "--output-file", str(out), external=True, silent=True,
+    )  # fmt: skip
+    return out
+
+
+def _install_package(session: nox.Session, package: str) -> None:
+    """Install `package` (not editable: the wheel users get), its workspace
+    siblings and its test extra; then any fixture distributions its tests
+    ship under tests/plugins/*/ (third-party plugins the tests look for)."""
+    requirements = _export(session, "--package", package, "--extra", "test")
+    session.install("-r", str(requirements), f"./packages/{package}")
+    for fixture in sorted(ROOT.glob(f"packages/{package}/tests/plugins/*/pyproject.toml")):
+        session.install(f"./{fixture.parent.relative_to(ROOT)}")
+
+
+def _package_session(package: str):
+    def run(session: nox.Session) -> None:
+        _install_package(session, package)
+        session.env["IRON_REQUIRE_FIXTURE_PLUGINS"] = "1"
+        session.run("pytest", f"packages/{package}/tests", "-m", "not slow", *session.posargs)
+
+    run.__doc__ = f"Install {package} alone (with its siblings) and run its tests."
+    return run
+
+
+for _package in PACKAGES:
+    nox.session(name=_package)(_package_session(_package))
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """Every package together, running only the cases marked slow."""
+    requirements = _export(session, "--all-packages", "--all-extras")
+    session.install("-r", str(requirements), *(f"./packages/{p}" for p in PACKAGES))
+    session.env["IRON_REQUIRE_FIXTURE_PLUGINS"] = "0"
+    # exit code 5 means "nothing collected": fine while no case is slow
+    session.run(
+        "pytest", *(f"packages/{p}/tests" for p in PACKAGES), "-m", "slow", *session.posargs,
+        success_codes=[0, 5],
+    )  # fmt: skip
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole tree."""
+    session.install("-r", str(_export(session, "--only-group", "dev")))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
