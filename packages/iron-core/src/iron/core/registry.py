@@ -1,0 +1,298 @@
+"""The plugin registry: which operators, devices, backends and commands exist.
+
+Plugins are modules named by entry points in the group ``iron.plugins``.
+Loading is defensive: a plugin that fails to import, or whose hook raises, is
+reported with a warning naming its distribution and the error, and skipped;
+the rest keep working. ``IRON_PLUGINS`` (a comma list of entry point or
+distribution names) loads only those; ``IRON_DISABLE_PLUGINS`` skips those
+(``*`` skips every third-party plugin). iron-core's own plugin always loads.
+
+Listing imports plugin modules only: operator modules are imported one at a
+time, by `get_operator`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import warnings
+from importlib.metadata import entry_points
+from typing import Any
+
+import attrs
+import pluggy
+
+from iron.core import hookspecs
+
+ENTRY_POINT_GROUP = "iron.plugins"
+
+
+class RegistryError(RuntimeError):
+    """Two plugins disagree, or a registered target cannot be loaded."""
+
+
+class IronPluginWarning(UserWarning):
+    """A plugin failed to load and was skipped."""
+
+
+def _import_target(target: str, what: str, plugin: str):
+    module_name, _, attribute = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise RegistryError(
+            f"{what} ({target}, from plugin {plugin!r}) cannot be loaded: {error}"
+        ) from error
+
+
+@attrs.frozen
+class PluginInfo:
+    name: str
+    module: str
+    distribution: str
+    version: str
+    status: str  # builtin | loaded | failed | disabled
+    error: str | None = None
+
+
+@attrs.frozen
+class OperatorEntry:
+    name: str
+    target: str
+    family: str
+    summary: str
+    plugin: str
+
+    def load(self) -> type:
+        return _import_target(self.target, f"operator {self.name}", self.plugin)
+
+
+@attrs.frozen
+class BackendEntry:
+    name: str
+    target: str
+    summary: str
+    priority: int
+    plugin: str
+
+    def load(self):
+        return _import_target(self.target, f"backend {self.name}", self.plugin)
+
+
+@attrs.frozen
+class CommandEntry:
+    name: str
+    target: str
+    help: str
+    plugin: str
+
+    def load(self):
+        return _import_target(self.target, f"command {self.name}", self.plugin)
+
+
+def _env_names(variable: str) -> set[str] | None:
+    raw = os.environ.get(variable, "").strip()
+    return {n.strip() for n in raw.split(",") if n.strip()} if raw else None
+
+
+class Registry:
+    """Everything the installed plugins offer. Loads on first use."""
+
+    def __init__(self) -> None:
+        self._loaded = False
+
+    def reload(self) -> None:
+        self._loaded = False
+        self._load()
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        from iron.core import builtin
+
+        pm = pluggy.PluginManager("iron")
+        pm.add_hookspecs(hookspecs)
+        pm.register(builtin, name="core")
+        plugins = {
+            "core": PluginInfo(
+                "core", builtin.__name__, "iron-core", _version("iron-core"), "builtin"
+            )
+        }
+        allow, deny = _env_names("IRON_PLUGINS"), _env_names("IRON_DISABLE_PLUGINS") or set()
+        for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            dist = ep.dist.name if ep.dist else "?"
+            info = dict(name=ep.name, module=ep.value, distribution=dist, version=_version(dist))
+            if ep.name in plugins:
+                continue  # one distribution installed twice: the first wins
+            if (allow is not None and not {ep.name, dist} & allow) or {ep.name, dist, "*"} & deny:
+                plugins[ep.name] = PluginInfo(**info, status="disabled")
+                continue
+            try:
+                pm.register(ep.load(), name=ep.name)
+            except Exception as error:
+                plugins[ep.name] = self._failed(info, "failed to load", error)
+                continue
+            plugins[ep.name] = PluginInfo(**info, status="loaded")
+
+        self._pm, self._plugins = pm, plugins
+        self._operators: dict[str, OperatorEntry] = {}
+        self._devices: dict[str, Any] = {}
+        self._backends: dict[str, BackendEntry] = {}
+        self._commands: dict[str, CommandEntry] = {}
+        self._classes: dict[str, type] = {}
+        self._collect("device", self._devices, self._device_entry)
+        self._collect("operator", self._operators, self._operator_entry)
+        self._collect("backend", self._backends, self._backend_entry)
+        self._collect("command", self._commands, self._command_entry)
+        self._loaded = True
+
+    def _failed(self, info: dict, what: str, error: Exception) -> PluginInfo:
+        message = f"{type(error).__name__}: {error}"
+        warnings.warn(
+            f"iron plugin {info['name']!r} (distribution {info['distribution']} {info['version']}) "
+            f"{what} and is skipped: {message}",
+            IronPluginWarning,
+            stacklevel=4,
+        )
+        return PluginInfo(**info, status="failed", error=message)
+
+    def _collect(self, kind: str, table: dict, make_entry) -> None:
+        """Call one hook plugin by plugin, so a plugin that raises is skipped
+        whole (none of its registrations kept) and every entry knows its plugin."""
+        owners: dict[str, str] = {}
+        for impl in getattr(self._pm.hook, f"iron_register_{kind}s").get_hookimpls():
+            plugin, entries = impl.plugin_name, {}
+            if self._plugins[plugin].status == "failed":
+                continue
+
+            def register(*args, plugin=plugin, entries=entries, **kwargs):
+                entry = make_entry(plugin, *args, **kwargs)
+                if entry.name in entries or entry.name in owners:
+                    first = owners.get(entry.name, plugin)
+                    raise RegistryError(
+                        f"{kind} {entry.name!r} is registered by both plugin {first!r} and plugin {plugin!r}"
+                    )
+                entries[entry.name] = entry
+
+            try:
+                impl.function(register=register)
+            except RegistryError:
+                raise
+            except Exception as error:
+                info = self._plugins[plugin]
+                fields = dict(
+                    name=info.name,
+                    module=info.module,
+                    distribution=info.distribution,
+                    version=info.version,
+                )
+                self._plugins[plugin] = self._failed(
+                    fields, f"raised in iron_register_{kind}s", error
+                )
+                continue
+            table.update(entries)
+            owners.update(dict.fromkeys(entries, plugin))
+
+    @staticmethod
+    def _operator_entry(plugin, name, target, *, family=None, summary=""):
+        return OperatorEntry(name, target, family or plugin, summary, plugin)
+
+    @staticmethod
+    def _device_entry(plugin, device):
+        return device
+
+    @staticmethod
+    def _backend_entry(plugin, name, target, *, summary="", priority=0):
+        return BackendEntry(name, target, summary, priority, plugin)
+
+    @staticmethod
+    def _command_entry(plugin, name, target, *, help=""):
+        return CommandEntry(name, target, help, plugin)
+
+    # ---- queries ----
+
+    def plugins(self) -> list[PluginInfo]:
+        self._load()
+        return list(self._plugins.values())
+
+    def operators(self, family: str | None = None) -> list[OperatorEntry]:
+        self._load()
+        return [
+            e for _, e in sorted(self._operators.items()) if family is None or e.family == family
+        ]
+
+    def operator_names(self, family: str | None = None) -> list[str]:
+        """Registered operator names (imports no operator module)."""
+        return [e.name for e in self.operators(family)]
+
+    def operator_entry(self, name: str) -> OperatorEntry:
+        self._load()
+        if name not in self._operators:
+            close = difflib.get_close_matches(name, self._operators, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise KeyError(
+                f"unknown operator {name!r}{hint} (`iron ops list` shows all {len(self._operators)})"
+            )
+        return self._operators[name]
+
+    def get_operator(self, name: str) -> type:
+        """The operator class registered as `name` (imports only its module)."""
+        entry = self.operator_entry(name)
+        if name not in self._classes:
+            self._classes[name] = entry.load()
+        return self._classes[name]
+
+    def devices(self) -> dict:
+        self._load()
+        return dict(self._devices)
+
+    def backends(self) -> dict[str, BackendEntry]:
+        self._load()
+        return dict(self._backends)
+
+    def commands(self) -> dict[str, CommandEntry]:
+        self._load()
+        return dict(self._commands)
+
+    def doctor(self) -> list[tuple[str, str, bool]]:
+        """Findings from every plugin's `iron_doctor` hook; a plugin that
+        raises is itself reported as a finding."""
+        self._load()
+        lines: list[tuple[str, str, bool]] = []
+        for impl in self._pm.hook.iron_doctor.get_hookimpls():
+            try:
+                impl.function(
+                    report=lambda label, value, ok=True: lines.append((label, str(value), bool(ok)))
+                )
+            except Exception as error:
+                lines.append(
+                    (
+                        f"plugin {impl.plugin_name}",
+                        f"doctor hook raised {type(error).__name__}: {error}",
+                        False,
+                    )
+                )
+        return lines
+
+
+def _version(distribution: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "?"
+
+
+_registry = Registry()
+plugins = _registry.plugins
+operators = _registry.operators
+operator_names = _registry.operator_names
+operator_entry = _registry.operator_entry
+get_operator = _registry.get_operator
+devices = _registry.devices
+backends = _registry.backends
+commands = _registry.commands
+doctor = _registry.doctor
+reload = _registry.reload

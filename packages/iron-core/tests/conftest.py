@@ -1,0 +1,7 @@
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # core_fakes, for tests and their subprocesses
+
+pytest_plugins = ["pytester"]

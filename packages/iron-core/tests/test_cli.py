@@ -1,0 +1,88 @@
+import json
+
+import pytest
+
+from iron.core.cli import main, parse_value
+from iron.core.testing import require_distribution
+
+
+def test_parse_value():
+    assert parse_value("true") is True and parse_value("False") is False
+    assert parse_value("none") is None
+    assert parse_value("12") == 12 and parse_value("0.5") == 0.5
+    assert parse_value("[256, 4]") == [256, 4]
+    assert parse_value("two_halves") == "two_halves"
+
+
+def test_devices_json(capsys):
+    assert main(["devices", "--json"]) == 0
+    devices = json.loads(capsys.readouterr().out)
+    assert devices["npu2"]["columns"] == 8 and devices["npu2"]["shim_dma_limit"] == 16
+    assert devices["npu1"]["arch"] == "aie2"
+
+
+def test_doctor_reports_the_npu_stack(capsys):
+    status = main(["doctor"])
+    out = capsys.readouterr().out
+    assert "iron-core 0.1.0" in out
+    for probe in ("mlir-aie", "pyxrt", "NPU device"):
+        assert probe in out
+    assert status in (0, 1)
+
+
+def test_unknown_operator_exits_2_with_a_message(capsys):
+    assert main(["ops", "show", "NoSuchThing"]) == 2
+    assert "unknown operator 'NoSuchThing'" in capsys.readouterr().err
+
+
+def test_ops_show_prints_resolved_specs(capsys):
+    require_distribution("iron-example-plugin")
+    assert main(["ops", "show", "Scale", "size=64", "factor=0.5", "--device", "npu1"]) == 0
+    out = capsys.readouterr().out
+    assert "Scale  (iron_example_plugin.scale:Scale, family example)" in out
+    assert "device npu1: 4 columns" in out and "factor = 0.5" in out
+    assert "in   x    (64,)  bf16" in out and "out  y    (64,)  bf16" in out
+    assert "tolerance: rtol 0.01" in out
+
+
+def test_ops_show_reports_refusals(capsys):
+    require_distribution("iron-example-plugin")
+    assert main(["ops", "show", "Scale", "size=63"]) == 2
+    assert "Scale: size=63: a positive even number of elements" in capsys.readouterr().err
+
+
+def test_ops_list_by_family_json(capsys):
+    require_distribution("iron-example-plugin")
+    assert main(["ops", "list", "--family", "example", "--json"]) == 0
+    assert [e["name"] for e in json.loads(capsys.readouterr().out)] == ["Offset", "Scale"]
+
+
+def test_spec_snapshot_then_diff_names_each_changed_case(tmp_path, capsys):
+    require_distribution("iron-example-plugin")
+    path = tmp_path / "snapshot.json"
+    assert main(["spec", "snapshot", str(path), "--family", "example"]) == 0
+    data = json.loads(path.read_text())
+    assert data["family"] == "example" and data["devices"] == ["npu1", "npu2"]
+    assert data["operators"]["Scale"]["size=1024"]["npu2"]["args"] == [
+        ["x", [1024], "bf16", "in"], ["y", [1024], "bf16", "out"]
+    ]  # fmt: skip
+    assert main(["spec", "diff", str(path)]) == 0
+    capsys.readouterr()
+
+    data["operators"]["Scale"]["size=1024"]["npu1"]["args"][0][1] = [512]
+    del data["operators"]["Offset"]
+    path.write_text(json.dumps(data))
+    assert main(["spec", "diff", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "Offset: added",
+        'Scale[size=1024] on npu1: args [["x", [512], "bf16", "in"], ["y", [1024], "bf16", "out"]] -> '
+        '[["x", [1024], "bf16", "in"], ["y", [1024], "bf16", "out"]]',
+    ]
+
+
+@pytest.mark.parametrize("argv", [["ops"], ["spec"], []])
+def test_incomplete_commands_show_usage(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and "usage: iron" in capsys.readouterr().err

@@ -1,0 +1,53 @@
+"""IRON's pytest plugin, exercised in an inner pytest run."""
+
+import pytest
+
+from iron.core import environment
+
+INNER = """
+import pytest
+
+def test_device_fixture(device):
+    assert device.name in ("npu1", "npu2")
+
+def test_named_devices(device_npu1, device_npu2):
+    assert (device_npu1.columns, device_npu2.columns) == (4, 8)
+
+@pytest.mark.npu
+def test_needs_npu():
+    pass
+
+@pytest.mark.toolchain
+def test_needs_toolchain():
+    pass
+"""
+
+
+def test_fixtures_and_markers(pytester):
+    pytester.makepyfile(INNER)
+    result = pytester.runpytest("-rs", "--strict-markers")  # the plugin loads by its entry point
+    skipped = int(not environment.npu_ready()) + int(not environment.toolchain_ready())
+    result.assert_outcomes(passed=3 + 2 - skipped, skipped=skipped)
+    if not environment.npu_ready():
+        result.stdout.fnmatch_lines(["*needs an NPU: *"])
+    if not environment.toolchain_ready():
+        result.stdout.fnmatch_lines(["*needs the toolchain: mlir-aie: not installed*"])
+
+
+def test_required_distribution_fails_instead_of_skipping(pytester, monkeypatch):
+    pytester.makepyfile("""
+        from iron.core.testing import require_distribution
+
+        def test_it():
+            require_distribution("no-such-distribution-anywhere")
+    """)  # fmt: skip
+    monkeypatch.setenv("IRON_REQUIRE_FIXTURE_PLUGINS", "0")
+    pytester.runpytest().assert_outcomes(skipped=1)
+    monkeypatch.setenv("IRON_REQUIRE_FIXTURE_PLUGINS", "1")
+    pytester.runpytest().assert_outcomes(failed=1)
+
+
+@pytest.mark.npu
+def test_npu_marker_skips_here_with_its_reason():
+    """Runs only where an NPU exists; everywhere else it must be skipped."""
+    assert environment.npu_ready()
