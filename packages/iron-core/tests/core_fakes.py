@@ -74,8 +74,12 @@ class RowNorm(Operator):
             self, "size", self.size % self.tile_size == 0, "a whole number of rows of tile_size"
         )
         if self.device is not None and self.num_columns is not None:
-            require(self, "num_columns", self.num_columns <= self.device.columns,
-                    f"at most the device's {self.device.columns} columns")  # fmt: skip
+            require(
+                self,
+                "num_columns",
+                self.num_columns <= self.device.columns,
+                f"at most the device's {self.device.columns} columns",
+            )
 
     def tune(self, device):
         return {"num_columns": min(device.columns, self.size // self.tile_size)}

@@ -64,8 +64,9 @@ def test_spec_snapshot_then_diff_names_each_changed_case(tmp_path, capsys):
     data = json.loads(path.read_text())
     assert data["family"] == "example" and data["devices"] == ["npu1", "npu2"]
     assert data["operators"]["Scale"]["size=1024"]["npu2"]["args"] == [
-        ["x", [1024], "bf16", "in"], ["y", [1024], "bf16", "out"]
-    ]  # fmt: skip
+        ["x", [1024], "bf16", "in"],
+        ["y", [1024], "bf16", "out"],
+    ]
     assert main(["spec", "diff", str(path)]) == 0
     capsys.readouterr()
 

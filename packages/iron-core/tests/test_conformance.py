@@ -135,5 +135,7 @@ def test_third_party_family_conforms(case):
 def test_third_party_family_declares_its_cases():
     require_distribution("iron-example-plugin")
     assert sorted(str(p.values[0]) for p in example) == [
-        "Offset[size=512]", "Scale[size=1024]", "Scale[size=256,factor=-0.5]"
-    ]  # fmt: skip
+        "Offset[size=512]",
+        "Scale[size=1024]",
+        "Scale[size=256,factor=-0.5]",
+    ]

@@ -40,7 +40,7 @@ def test_required_distribution_fails_instead_of_skipping(pytester, monkeypatch):
 
         def test_it():
             require_distribution("no-such-distribution-anywhere")
-    """)  # fmt: skip
+    """)
     monkeypatch.setenv("IRON_REQUIRE_FIXTURE_PLUGINS", "0")
     pytester.runpytest().assert_outcomes(skipped=1)
     monkeypatch.setenv("IRON_REQUIRE_FIXTURE_PLUGINS", "1")

@@ -102,11 +102,15 @@ def test_broken_plugin_is_reported_and_skipped(tmp_path):
     make_distribution(
         tmp_path, "crashy-plugin", "crashy", "raise ImportError('missing native library')"
     )
-    result = run(tmp_path, """
+    result = run(
+        tmp_path,
+        """
         import json
         from iron.core import registry
         print(json.dumps([registry.operator_names(), {p.name: [p.status, p.error] for p in registry.plugins()}]))
-    """, IRON_PLUGINS="lazyfam,crashy-plugin")  # fmt: skip
+    """,
+        IRON_PLUGINS="lazyfam,crashy-plugin",
+    )
     assert result.returncode == 0, result.stderr
     names, plugins = json.loads(result.stdout)
     assert names == ["Alpha", "Beta"]
@@ -118,18 +122,27 @@ def test_broken_plugin_is_reported_and_skipped(tmp_path):
 
 
 def test_plugin_whose_hook_raises_keeps_nothing(tmp_path):
-    make_distribution(tmp_path, "half-plugin", "half", """
+    make_distribution(
+        tmp_path,
+        "half-plugin",
+        "half",
+        """
         from iron.core import hookimpl
 
         @hookimpl
         def iron_register_operators(register):
             register("Half", "half.half:Half")
             raise ValueError("second registration crashed")
-    """)  # fmt: skip
-    result = run(tmp_path, """
+    """,
+    )
+    result = run(
+        tmp_path,
+        """
         from iron.core import registry
         print(registry.operator_names(), [p.status for p in registry.plugins() if p.name == 'half'])
-    """, IRON_PLUGINS="half")  # fmt: skip
+    """,
+        IRON_PLUGINS="half",
+    )
     assert result.stdout.strip() == "[] ['failed']"
     assert (
         "raised in iron_register_operators" in result.stderr
@@ -139,13 +152,18 @@ def test_plugin_whose_hook_raises_keeps_nothing(tmp_path):
 
 def test_duplicate_names_name_both_plugins(tmp_path):
     for package in ("first", "second"):
-        make_distribution(tmp_path, f"{package}-plugin", package, f"""
+        make_distribution(
+            tmp_path,
+            f"{package}-plugin",
+            package,
+            f"""
             from iron.core import hookimpl
 
             @hookimpl
             def iron_register_operators(register):
                 register("Dup", "{package}.dup:Dup")
-        """)  # fmt: skip
+        """,
+        )
     result = run(
         tmp_path,
         "from iron.core import registry; registry.operator_names()",
@@ -174,13 +192,18 @@ def test_allow_and_disable_lists(tmp_path):
 
 
 def test_plugins_register_devices(tmp_path):
-    make_distribution(tmp_path, "future-npu", "future", """
+    make_distribution(
+        tmp_path,
+        "future-npu",
+        "future",
+        """
         from iron.core import Device, hookimpl
 
         @hookimpl
         def iron_register_devices(register):
             register(Device(name="npu9", arch="aie9", max_columns=16, columns=16))
-    """)  # fmt: skip
+    """,
+    )
     result = run(
         tmp_path,
         "from iron.core import Device; print(Device.from_name('npu9', columns=12).key)",

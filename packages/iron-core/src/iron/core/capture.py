@@ -306,8 +306,10 @@ class Graph:
             if spec.writes:
                 role = self.buffers[value.buffer].role
                 if role in ("input", "weight"):
-                    raise CaptureError(f"{label}: writes {spec.name} into {value.name}, a graph {role}; "
-                                       "inputs and weights are read-only")  # fmt: skip
+                    raise CaptureError(
+                        f"{label}: writes {spec.name} into {value.name}, a graph {role}; "
+                        "inputs and weights are read-only"
+                    )
                 outputs.append(value)
             arg_names.append(value.name)
         for member, expression in values.items():
@@ -353,12 +355,16 @@ class Graph:
                 f"{label}: argument {spec.name} must be a value of this graph, got {value!r}"
             )
         if value.dtype != spec.dtype:
-            raise CaptureError(f"{label}: argument {spec.name} is {value.name} of dtype "
-                               f"{dtype_name(value.dtype)}; the spec wants {dtype_name(spec.dtype)}")  # fmt: skip
+            raise CaptureError(
+                f"{label}: argument {spec.name} is {value.name} of dtype "
+                f"{dtype_name(value.dtype)}; the spec wants {dtype_name(spec.dtype)}"
+            )
         same_rank = len(value.shape) == len(spec.shape)
         if (same_rank and value.shape != spec.shape) or value.size != spec.size:
-            raise CaptureError(f"{label}: argument {spec.name} is {value.name} of shape {value.shape}; "
-                               f"the spec wants {spec.shape}")  # fmt: skip
+            raise CaptureError(
+                f"{label}: argument {spec.name} is {value.name} of shape {value.shape}; "
+                f"the spec wants {spec.shape}"
+            )
 
     # ---- reading the recording ----
 

@@ -121,8 +121,18 @@ def devices_cmd(args) -> int:
     if args.json:
         print(json.dumps({n: d.describe() for n, d in sorted(found.items())}, indent=1))
         return 0
-    rows = [[d.name, d.arch, str(d.max_columns), str(d.shim_dma_limit), f"{d.memtile_bytes // 1024} KiB",
-             f"{d.core_bytes // 1024} KiB", d.products] for d in sorted(found.values(), key=lambda d: d.name)]  # fmt: skip
+    rows = [
+        [
+            d.name,
+            d.arch,
+            str(d.max_columns),
+            str(d.shim_dma_limit),
+            f"{d.memtile_bytes // 1024} KiB",
+            f"{d.core_bytes // 1024} KiB",
+            d.products,
+        ]
+        for d in sorted(found.values(), key=lambda d: d.name)
+    ]
     print(_table(rows, ["device", "arch", "columns", "shim DMA", "memtile", "core", "products"]))
     return 0
 

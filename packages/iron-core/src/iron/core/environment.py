@@ -24,9 +24,13 @@ class Probe:
 def mlir_aie() -> Probe:
     """The mlir-aie wheel (`mlir_aie`, importing as `aie`): lowering and aiecc."""
     if importlib.util.find_spec("aie") is None:
-        return Probe("mlir-aie", False, "not installed",
-                     "install the mlir_aie and llvm-aie wheels from the Xilinx/mlir-aie releases; "
-                     "they are not on PyPI")  # fmt: skip
+        return Probe(
+            "mlir-aie",
+            False,
+            "not installed",
+            "install the mlir_aie and llvm-aie wheels from the Xilinx/mlir-aie releases; "
+            "they are not on PyPI",
+        )
     try:
         found = version("mlir_aie")
     except PackageNotFoundError:
@@ -37,9 +41,13 @@ def mlir_aie() -> Probe:
 def pyxrt() -> Probe:
     """XRT's Python binding, which loads images and runs them on the NPU."""
     if importlib.util.find_spec("pyxrt") is None:
-        return Probe("pyxrt", False, "not importable",
-                     "install XRT with the NPU (amdxdna) plugin and source its setup.sh "
-                     "so pyxrt is on PYTHONPATH")  # fmt: skip
+        return Probe(
+            "pyxrt",
+            False,
+            "not importable",
+            "install XRT with the NPU (amdxdna) plugin and source its setup.sh "
+            "so pyxrt is on PYTHONPATH",
+        )
     return Probe("pyxrt", True, "importable", "")
 
 
@@ -47,9 +55,13 @@ def npu_device() -> Probe:
     """An accelerator node from the amdxdna driver."""
     nodes = sorted(glob.glob("/dev/accel/accel*"))
     if not nodes:
-        return Probe("NPU device", False, "no /dev/accel/accel* node",
-                     "needs a Ryzen AI NPU with the amdxdna driver loaded "
-                     "(Linux 6.14+ or the out-of-tree xdna-driver)")  # fmt: skip
+        return Probe(
+            "NPU device",
+            False,
+            "no /dev/accel/accel* node",
+            "needs a Ryzen AI NPU with the amdxdna driver loaded "
+            "(Linux 6.14+ or the out-of-tree xdna-driver)",
+        )
     return Probe("NPU device", True, ", ".join(nodes), "")
 
 

@@ -61,9 +61,12 @@ def require(op, parameter: str, condition, rule: str) -> None:
     and `rule` unless `condition` holds. `op` may be an operator or its class."""
     if condition:
         return
-    cls, shown = (op, parameter) if isinstance(op, type) else (type(op), parameter)
-    if not isinstance(op, type) and hasattr(op, parameter):
-        shown = f"{parameter}={getattr(op, parameter)!r}"
+    cls = op if isinstance(op, type) else type(op)
+    shown = (
+        f"{parameter}={getattr(op, parameter)!r}"
+        if hasattr(op, parameter) and op is not cls
+        else parameter
+    )
     raise OperatorError(f"{cls.__name__}: {shown}: {rule}")
 
 

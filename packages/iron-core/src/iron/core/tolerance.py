@@ -61,15 +61,17 @@ def _as_bits(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).view(f"u{array.dtype.itemsize}")
 
 
+def _unjudgeable(expected: np.ndarray, detail: str) -> Verdict:
+    return Verdict(False, expected.size, expected.size, np.inf, np.inf, None, detail)
+
+
 def compare(actual, expected, tolerance: Tolerance, name: str = "output") -> Verdict:
     """Judge `actual` against `expected` under `tolerance`; NaN matches only NaN."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     if actual.shape != expected.shape:
-        return Verdict(False, expected.size, expected.size, np.inf, np.inf, None,
-                       f"{name}: shape {actual.shape} != expected {expected.shape}")  # fmt: skip
+        return _unjudgeable(expected, f"{name}: shape {actual.shape} != expected {expected.shape}")
     if tolerance.is_exact and actual.dtype != expected.dtype:
-        return Verdict(False, expected.size, expected.size, np.inf, np.inf, None,
-                       f"{name}: dtype {actual.dtype} != expected {expected.dtype}")  # fmt: skip
+        return _unjudgeable(expected, f"{name}: dtype {actual.dtype} != expected {expected.dtype}")
     a, e = actual.astype(np.float64), expected.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         diff = np.abs(a - e)
