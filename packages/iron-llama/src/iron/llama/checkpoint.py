@@ -86,8 +86,7 @@ class SafetensorsFile:
         except BaseException:
             self._map.close()
             raise
-        self._bytes = np.frombuffer(self._map, np.uint8)
-        self._address = self._bytes.__array_interface__["data"][0]
+        self._address = np.frombuffer(self._map, np.uint8, count=1).__array_interface__["data"][0]
 
     def __contains__(self, name: object) -> bool:
         return name in self.tensors
@@ -96,7 +95,8 @@ class SafetensorsFile:
         info = self.tensors.get(name)
         if info is None:
             raise KeyError(f"{self.path}: no tensor {name!r}")
-        return self._bytes[info.begin : info.end].view(info.dtype).reshape(info.shape)
+        count = math.prod(info.shape)
+        return np.frombuffer(self._map, info.dtype, count, info.begin).reshape(info.shape)
 
     def owns(self, view: np.ndarray) -> bool:
         """Whether `view`'s bytes lie inside this file's mapping."""
@@ -130,11 +130,9 @@ class SafetensorsFile:
 
     def close(self) -> None:
         """Unmap the file. Views handed out must be dropped first (mmap refuses otherwise)."""
-        whole, self._bytes = self._bytes, None
         try:
             self._map.close()
         except BufferError:
-            self._bytes = whole
             raise BufferError(
                 f"{self.path}: cannot unmap while tensor views of it are alive; drop them first"
             ) from None

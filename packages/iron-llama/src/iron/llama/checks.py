@@ -51,8 +51,8 @@ def kl_divergence(reference_logits: np.ndarray, model_logits: np.ndarray) -> flo
         )
     log_p, log_q = log_softmax(reference_logits), log_softmax(model_logits)
     p = np.exp(log_p)
-    # terms with p == 0 contribute 0 even where log q is -inf
-    return float(np.sum(np.where(p > 0, p * (log_p - log_q), 0.0)))
+    support = p > 0  # terms with p == 0 contribute 0, even where log q is -inf
+    return float(np.sum(p[support] * (log_p[support] - log_q[support])))
 
 
 @dataclass(frozen=True)
