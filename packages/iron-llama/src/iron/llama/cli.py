@@ -25,7 +25,8 @@ def _make_synthetic(args: argparse.Namespace) -> int:
     size = (Path(args.dir) / "model.safetensors").stat().st_size
     print(
         f"wrote a synthetic {args.preset} model (random weights, seed {args.seed}) to {args.dir}: "
-        f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+        f"{config.num_hidden_layers} layer{'s' * (config.num_hidden_layers != 1)}, "
+        f"hidden {config.hidden_size}, "
         f"vocab {config.vocab_size}, {size / 2**20:.1f} MiB of bf16 weights"
     )
     return 0
