@@ -284,3 +284,17 @@ def test_close_refuses_while_views_are_alive(tmp_path):
     assert np.array_equal(view, np.ones(4))  # still usable after the refused close
     del view
     file.close()
+
+
+def test_release_without_madvise_is_a_noop_that_says_why(tmp_path, monkeypatch):
+    import iron.llama.checkpoint as checkpoint_module
+
+    monkeypatch.setattr(checkpoint_module, "_MADVISE", False)
+    path = tmp_path / "m.safetensors"
+    write_safetensors(path, {"w": np.ones(1024, np.float32)})
+    with SafetensorsFile(path) as file:
+        w = file["w"]
+        with pytest.warns(RuntimeWarning, match=r"madvise\(MADV_DONTNEED\) is not available"):
+            assert file.release(w) == 0
+        assert np.array_equal(w, np.ones(1024))
+        del w

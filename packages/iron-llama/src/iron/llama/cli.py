@@ -8,17 +8,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tqdm import tqdm
+
 from iron.llama.synthetic import PRESETS, make_synthetic, synthetic_config
+from iron.llama.weights import LlamaWeights
 
 
 def _make_synthetic(args: argparse.Namespace) -> int:
-    config = synthetic_config(args.preset, args.layers)
-    names = 2 + 9 * config.num_hidden_layers
-    from tqdm import tqdm
-
-    with tqdm(
-        total=names, desc="writing tensors", unit="tensor", disable=None, file=sys.stderr
-    ) as bar:
+    config = synthetic_config(args.preset, args.layers)  # bad arguments fail before any output
+    tensors = len(LlamaWeights.expected_shapes(config))
+    with tqdm(total=tensors, desc="writing", unit="tensor", disable=None, file=sys.stderr) as bar:
         make_synthetic(
             args.dir, args.preset, args.layers, args.seed, progress=lambda _: bar.update()
         )

@@ -239,7 +239,7 @@ def _parse_rope(data: dict[str, Any]) -> tuple[float, Llama3RopeScaling | None]:
                 f"disagrees with rope_theta={theta!r}",
             )
             theta = inner
-        if scaling is not None and _rope_type(scaling) != "default":
+        if isinstance(scaling, dict) and _rope_type(scaling) != "default":
             _require(
                 "rope_scaling",
                 scaling,
