@@ -97,13 +97,13 @@ def test_layers_beyond_the_config(tmp_path):
     assert "unexpected tensor 'model.layers.1.mlp.gate_proj.weight'" in message
 
 
-def test_integer_weights_refused(tmp_path):
+def test_non_float_weights_refused(tmp_path):
     tensors = tiny_tensors()
     tensors["model.norm.weight"] = np.ones(64, np.int32)
-    assert (
-        "tensor 'model.norm.weight' has dtype int32, weights must be floating point"
-        in load_error(tmp_path, tensors)
-    )
+    tensors["model.layers.0.mlp.up_proj.weight"] = np.ones((128, 64), ml_dtypes.float8_e4m3fn)
+    message = load_error(tmp_path, tensors)
+    assert "'model.norm.weight' has dtype int32, weights must be F16, BF16, F32 or F64" in message
+    assert "'model.layers.0.mlp.up_proj.weight' has dtype float8_e4m3fn" in message
 
 
 def test_many_problems_are_counted_not_all_listed(tmp_path):

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iron.llama.checkpoint import Checkpoint, CheckpointError
+from iron.llama.checkpoint import DTYPES, Checkpoint, CheckpointError
 from iron.llama.config import LlamaConfig
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
+_WEIGHT_DTYPES = {DTYPES[name] for name in ("F16", "BF16", "F32", "F64")}
 _SHOWN = 12  # problems listed in one error; the count says how many there were
 
 
@@ -106,9 +107,9 @@ class LlamaWeights:
             info = checkpoint.info(name)
             if info.shape != shape:
                 problems.append(f"tensor {name!r} has shape {info.shape}, the config needs {shape}")
-            elif info.dtype.kind != "f" and info.dtype.name != "bfloat16":
+            elif info.dtype not in _WEIGHT_DTYPES:
                 problems.append(
-                    f"tensor {name!r} has dtype {info.dtype}, weights must be floating point"
+                    f"tensor {name!r} has dtype {info.dtype}, weights must be F16, BF16, F32 or F64"
                 )
         if problems:
             shown = problems[:_SHOWN] + (
