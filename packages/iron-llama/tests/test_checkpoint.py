@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from iron.llama import Checkpoint, CheckpointError, SafetensorsFile, write_safetensors
-from iron.llama.checkpoint import DTYPES
+from iron.llama.checkpoint import DTYPES, LazyTensor
 
 
 def raw_file(path: Path, header: dict, data: bytes = b"", length: int | None = None) -> Path:
@@ -67,6 +67,15 @@ def test_writer_round_trips_every_dtype(tmp_path):
             assert view.tobytes() == tensor.tobytes(), name
         del view
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_writer_refuses_a_short_tensor_and_leaves_nothing(tmp_path):
+    short = LazyTensor(np.dtype(np.float32), (4, 4), lambda: [np.ones(12, np.float32)])
+    with pytest.raises(
+        CheckpointError, match=r"tensor 'w' produced 48 bytes, shape \[4, 4\] needs 64"
+    ):
+        write_safetensors(tmp_path / "m.safetensors", {"w": short})
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
