@@ -133,11 +133,10 @@ class DequantBFP(Operator):
         """The device's walk: each q4nx block dequantized, its 8-k groups
         encoded and written at their place in B's packed order."""
         values, n0, k0 = _blocks(q, self.K, self.N)
-        n_blocks, n, g = len(values), BLOCK_N, BLOCK_K // GROUP
         weights = round_to_bf16(values, Rounding.FLOOR).astype(np.float32)
         encoded = to_bfp16ebs8(weights, Rounding.FLOOR)  # (block, n, k/8, 9)
-        n = n0[:, None, None] + np.arange(n)[None, :, None]
-        k = k0[:, None, None] + np.arange(g)[None, None, :] * GROUP
+        n = n0[:, None, None] + np.arange(BLOCK_N)[None, :, None]
+        k = k0[:, None, None] + np.arange(0, BLOCK_K, GROUP)[None, None, :]
         # B's packed order (cb, kb, kslice, tb, i, t), one block of s = 8 k each
         place = (n // TILE_N) * (self.K // K_BLOCK) + k // K_BLOCK
         place = place * (K_BLOCK // CT_K) + k % K_BLOCK // CT_K
@@ -145,7 +144,7 @@ class DequantBFP(Operator):
         place = place * (CT_K // S) + k % CT_K // S
         place = place * T + n % T
         out = np.empty((self.K * self.N // GROUP, GROUP_BYTES), np.uint8)
-        out[place.reshape(-1)] = encoded.reshape(n_blocks * BLOCK_N * g, GROUP_BYTES)
+        out[place.reshape(-1)] = encoded.reshape(-1, GROUP_BYTES)
         return out
 
     def tolerance(self, device=None) -> Tolerance:

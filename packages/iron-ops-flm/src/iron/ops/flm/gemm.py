@@ -316,7 +316,8 @@ class FLMGemm(Operator):
 
     # ---- the shared image and the per-shape program ------------------------
 
-    def _on(self, device: Device | None) -> FLMGemm:
+    def on(self, device: Device | None = None) -> FLMGemm:
+        """This operator resolved on `device`, or on its own device."""
         op = self.resolve(device) if device is not None else self
         if op.device is None:
             raise OperatorError(
@@ -327,7 +328,7 @@ class FLMGemm(Operator):
     def configuration(self, device: Device | None = None) -> str:
         """The identity of the shared image: every parameter but M, K, N,
         epilogue and clamp, e.g. FLM_GEMM_tn64_ck128_ma32_mc1_emf_conv_even_bfp16_npu2."""
-        op = self._on(device)
+        op = self.on(device)
         mask = sum(1 << e.mode for e in op.epilogue_modes)
         dev = op.device
         width = "" if dev.columns == dev.max_columns else f"x{dev.columns}"
@@ -338,13 +339,13 @@ class FLMGemm(Operator):
 
     def pool(self, device: Device | None = None) -> Pool:
         """Each column's memtile budget and its B slot count."""
-        op = self._on(device)
+        op = self.on(device)
         return memtile_pool(op.device, op.tile_n, op.b_format)
 
     def program(self, device: Device | None = None, *, resident: bool = True) -> Program:
         """The per-shape schedule as plain data. `resident=False` streams
         every slab (B read once per unit, as a per-row-block fifo would)."""
-        return build_program(self._on(device), resident)
+        return build_program(self.on(device), resident)
 
     # ---- B packing ----------------------------------------------------------
 

@@ -54,7 +54,10 @@ def _window(ddr: np.ndarray, transfer: Transfer, where: str) -> np.ndarray:
     first axis is the element index), outermost dimension first."""
     sizes, strides, offset = transfer.sizes, transfer.strides, transfer.offset
     if len(sizes) != len(strides) or min(sizes) < 1 or min(strides) < 0:
-        raise ScheduleError(f"{where}, {transfer.name}: sizes {sizes} / strides {strides}")
+        raise ScheduleError(
+            f"{where}, {transfer.name}: sizes {sizes} and strides {strides} are no access "
+            "pattern (one stride per size, sizes >= 1, strides >= 0)"
+        )
     last = offset + sum((n - 1) * s for n, s in zip(sizes, strides))
     if offset < 0 or last >= len(ddr):
         raise ScheduleError(
@@ -300,7 +303,7 @@ def run(
     and packed B; return C (M, N) bf16, assembled only from what the C
     transfers wrote (elements none wrote stay NaN), and the DDR traffic the
     transfers moved."""
-    op = op._on(device)
+    op = op.on(device)
     program = program if program is not None else op.program()
     device = op.device
     a_ddr = np.ascontiguousarray(A, dtype=bf16).reshape(-1)
@@ -330,9 +333,10 @@ def run(
             )
         n, row_blocks, k_iters, mode, lo_bits, hi_bits = slab.rtp
         units = row_blocks // M_CHUNK
+        compiled = [e.mode for e in op.epilogue_modes]
+        if mode not in compiled:
+            raise ScheduleError(f"slab {s}: RTP epilogue {mode} is not compiled in ({compiled})")
         epilogue = list(Epilogue)[mode]
-        if epilogue not in op.epilogue_modes:
-            raise ScheduleError(f"slab {s}: RTP selects {epilogue.value}, not compiled in")
         lo, hi = np.array([lo_bits, hi_bits], np.int32).view(np.float32)
         a_rows = [
             _Source(a_ddr, slab.a[r], f"slab {s}, row {r}", counter("A")) for r in range(rows)
@@ -345,8 +349,9 @@ def run(
             )
             sinks.append(_Sink(c_ddr, slab.columns[c].c, where, counter("C")))
 
-        # the cores' nest: trip counts from the RTP words (n_work and n_drain
-        # as each core derives them from N and its column)
+        # the cores' nest, from the RTP words: each core works on its first
+        # n_work column blocks (derived from N and its column) and only drains
+        # its row's A broadcast through the rest of the n_blocks
         n_tiles = n // tile_n
         n_blocks = -(-n_tiles // device.columns)
         n_work = [
@@ -376,7 +381,7 @@ def run(
             column.finish()
             column.source.finish()
             sink.finish()
-    traffic = Traffic(moved["A"] * 2, moved["B"] * program.b_element_bytes, moved["C"] * 2)
+    traffic = Traffic(moved["A"] * 2, moved["B"] * b_ddr.strides[0], moved["C"] * 2)
     return c_ddr.reshape(op.M, op.N), traffic
 
 

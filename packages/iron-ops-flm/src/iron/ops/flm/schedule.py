@@ -265,16 +265,15 @@ def _pushes(work_blocks: int, passes: int, device: Device) -> list[Push]:
     return pushes
 
 
-def _b_task(name, wait, post, value, passes, slab, pool, blocks, device) -> MemtileTask:
-    """A B task over the slab's slots: each BD acquires `wait` and releases
-    `post` by `value`."""
+def _b_task(name: str, wait: str, post: str, value: int, slots: int, pool: Pool, pushes):
+    """A B task over the first `slots` slots: each BD acquires its slot's
+    `wait` lock and releases its `post` lock by `value`."""
+    size = pool.slot_elems
     bds = [
-        SlotBd(
-            i, i * pool.slot_elems, pool.slot_elems, LockOp(wait, i, value), LockOp(post, i, value)
-        )
-        for i in range(slab.b_slots)
+        SlotBd(i, i * size, size, LockOp(wait, i, value), LockOp(post, i, value))
+        for i in range(slots)
     ]
-    return MemtileTask(name, bds, _pushes(len(blocks), passes, device) if blocks else ())
+    return MemtileTask(name, bds, pushes)
 
 
 def _float_bits(value: float) -> int:
@@ -296,7 +295,7 @@ def build_program(op, resident: bool = True) -> Program:
     n_blocks = -(-n_tiles // cols)
     per_value = GROUP if bfp16 else 1
     lo, hi = op.clamp if op.clamp is not None else (-np.inf, np.inf)
-    row_rows = M_CHUNK * rows * M_TILE  # A/C rows per unit
+    unit_rows = M_CHUNK * rows * M_TILE
 
     slabs = []
     for slab in plan:
@@ -304,9 +303,9 @@ def build_program(op, resident: bool = True) -> Program:
             [
                 Transfer(
                     f"A row {r} block {j}",
-                    offset=slab.first * row_rows * K + r * M_TILE * K,
+                    offset=slab.first * unit_rows * K + r * M_TILE * K,
                     sizes=(slab.units, k_iters, M_CHUNK, M_TILE, K_TILE),
-                    strides=(row_rows * K, K_TILE, rows * M_TILE * K, K, 1),
+                    strides=(unit_rows * K, K_TILE, rows * M_TILE * K, K, 1),
                 )
                 for j in range(n_blocks)
             ]
@@ -327,19 +326,17 @@ def build_program(op, resident: bool = True) -> Program:
             out = [
                 Transfer(
                     f"C column block {cb}",
-                    offset=cb * tile_n + slab.first * row_rows * N,
+                    offset=cb * tile_n + slab.first * unit_rows * N,
                     sizes=(1, slab.units * M_CHUNK, rows * M_TILE, tile_n),
                     strides=(0, rows * M_TILE * N, N, 1),
                 )
                 for cb in blocks
             ]
 
-            fill = _b_task(
-                "B fill", "prod", "cons", slab.b_uses, slab.fill_passes, slab, pool, blocks, device
-            )
-            drain = _b_task(
-                "B drain", "cons", "prod", 1, slab.drain_passes, slab, pool, blocks, device
-            )
+            fill_pushes = _pushes(len(blocks), slab.fill_passes, device)
+            fill = _b_task("B fill", "prod", "cons", slab.b_uses, slab.b_slots, pool, fill_pushes)
+            drain_pushes = _pushes(len(blocks), slab.drain_passes, device)
+            drain = _b_task("B drain", "cons", "prod", 1, slab.b_slots, pool, drain_pushes)
             arm = [LockOp("prod", i, slab.b_uses) for i in range(slab.b_slots)] if blocks else []
             columns.append(ColumnProgram(c, blocks, arm, b, out, fill, drain))
         rtp = (N, slab.units * M_CHUNK, k_iters, op.epilogue.mode, _float_bits(lo), _float_bits(hi))
