@@ -174,6 +174,19 @@ def test_a_wrong_slot_in_a_fill_bd_changes_c():
     assert not same_bits(c[:, 256:320], reference[:, 256:320])
 
 
+def test_a_wrong_unit_stride_in_a_streamed_b_changes_only_that_unit():
+    streamed = FLMGemm(512, 6144, 1024).resolve(NPU2)  # B re-read per unit (stride 0)
+
+    def edit(slab):
+        b = list(slab.columns[0].b)
+        b[0] = attrs.evolve(b[0], strides=(4096, 4096, 0, 1))  # unit 1 shifted by a k-block
+        return edit_column(slab, 0, b=b)
+
+    c, reference = run_with(streamed, edit)
+    assert same_bits(c[:256], reference[:256]) and same_bits(c[:, 64:], reference[:, 64:])
+    assert not same_bits(c[256:, :64], reference[256:, :64])
+
+
 # ---- programs the device would hang on or refuse -------------------------------
 
 

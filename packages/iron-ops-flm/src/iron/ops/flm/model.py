@@ -181,8 +181,8 @@ class _TaskRun:
 class _Column:
     """One column's memtile B pool. Locks and contents persist across slabs."""
 
-    def __init__(self, column: int, slots: int, slot_elems: int, inner, dtype, device: Device):
-        self.column, self.device = column, device
+    def __init__(self, slots: int, slot_elems: int, inner, dtype, device: Device):
+        self.device = device
         self.buffer = np.zeros((slots * slot_elems, *inner), dtype)
         self.locks = {"prod": [0] * slots, "cons": [0] * slots}
 
@@ -320,8 +320,8 @@ def run(
 
     pool = memtile_pool(device, op.tile_n, op.b_format)
     columns = [
-        _Column(c, pool.slots, pool.slot_elems, b_ddr.shape[1:], b_ddr.dtype, device)
-        for c in range(device.columns)
+        _Column(pool.slots, pool.slot_elems, b_ddr.shape[1:], b_ddr.dtype, device)
+        for _ in range(device.columns)
     ]
     rows, tile_n = device.compute_rows, op.tile_n
     k_chunk = K_TILE * tile_n // (GROUP if bfp16 else 1)  # elements of one k-block

@@ -133,10 +133,6 @@ class MemtileTask:
     bds: tuple[SlotBd, ...] = attrs.field(converter=tuple)
     pushes: tuple[Push, ...] = attrs.field(converter=tuple)
 
-    @property
-    def passes(self) -> int:
-        return sum(p.repeat_count for p in self.pushes)
-
 
 @attrs.frozen
 class ColumnProgram:
