@@ -73,7 +73,7 @@ def _window(ddr: np.ndarray, transfer: Transfer, where: str) -> np.ndarray:
 
 
 class _Fifo:
-    """A stream of elements (rows of an array) between two agents."""
+    """A stream of elements (rows of an array) from a producer to a consumer."""
 
     def __init__(self) -> None:
         self.parts: deque[np.ndarray] = deque()
