@@ -100,15 +100,15 @@ def check_array(
         f"at most the {device.columns} columns of {device.name}",
     )
     channels = channels or 1
-    most = device.shim_columns(streams, channels, replicated)
-    shared = f" plus {replicated * channels} shared" if replicated else ""
+    needed = (columns * streams + replicated) * channels
+    shared = f" + {replicated} shared" if replicated else ""
     require(
         op,
-        "num_aie_columns",
-        columns <= most,
-        f"at most {most} on {device.name} at {device.columns} columns: each column moves "
-        f"{streams * channels} streams ({streams} per core x num_channels={channels}){shared} "
-        f"out of {device.shim_dma_limit} shim DMA streams",
+        "num_aie_columns" if columns > 1 else "num_channels",
+        needed <= device.shim_dma_limit,
+        f"{needed} shim DMA streams ((num_aie_columns={columns} x {streams} per core{shared}) "
+        f"x num_channels={channels}) exceed the {device.shim_dma_limit} of {device.name} at "
+        f"{device.columns} columns",
     )
 
 
@@ -126,9 +126,9 @@ def check_row(op: Operator, parameter: str, length: int) -> None:
 def bd_problem(sizes: Sequence[int], strides: Sequence[int], itemsize: int) -> str | None:
     """Why one shim buffer descriptor cannot walk this access pattern, or
     None when it can. `sizes` and `strides` count elements of `itemsize`
-    bytes (1, 2 or 4), outermost first, at most four dimensions (mlir-aie's
-    [d3, d2, d1, d0]). A pattern patched per call (an offset) must fit one
-    descriptor: it cannot be split into several."""
+    bytes (1, 2 or 4), outermost first, at most four dimensions: mlir-aie's
+    [d3, d2, d1, d0], d0 innermost and d3 the iteration count. A pattern
+    patched per call (an offset) must fit one descriptor: it cannot be split."""
     per_word = WORD // itemsize
     if len(sizes) > 4:
         return f"{len(sizes)} dimensions; a buffer descriptor has at most 4"
@@ -137,31 +137,30 @@ def bd_problem(sizes: Sequence[int], strides: Sequence[int], itemsize: int) -> s
         return f"{total} elements of {itemsize} bytes are not a whole number of 4-byte words"
     if _contiguous(sizes, strides):
         return None  # linear mode: one 32-bit length, no wrap limits
-    padding = ((1, 0),) * (4 - len(sizes))
-    (s3, _), _, (s1, _), (s0, t0) = padding + tuple(zip(sizes, strides))
-    if s0 > 1 and t0 != 1 and per_word > 1:
+    dims = ((1, 0),) * (4 - len(sizes)) + tuple(zip(sizes, strides))
+    (d3, _), _, (d1, _), (d0, d0_stride) = dims
+    if d0 > 1 and d0_stride != 1 and per_word > 1:
         return (
-            f"the innermost stride is {t0}: the DMA moves whole 4-byte words, so with "
-            f"{itemsize}-byte elements the innermost stride must be 1"
+            f"the d0 (innermost) stride is {d0_stride}: the DMA moves whole 4-byte words, so "
+            f"with {itemsize}-byte elements it must be 1"
         )
-    if s0 % per_word:
-        return f"the innermost dimension ({s0} elements) is not a whole number of 4-byte words"
-    if s0 // per_word > BD_WRAP:
+    if d0 % per_word:
+        return f"d0 (innermost, {d0} elements) is not a whole number of 4-byte words"
+    if d0 // per_word > BD_WRAP:
         return (
-            f"the innermost dimension is {s0 // per_word} 4-byte words; at most {BD_WRAP} "
-            "unless the whole transfer is contiguous"
+            f"d0 (innermost) is {d0 // per_word} 4-byte words; at most {BD_WRAP} unless the "
+            "whole transfer is contiguous"
         )
-    if s1 > BD_WRAP:
-        return f"the second-innermost dimension ({s1}) exceeds its {BD_WRAP} wrap"
-    if s3 > BD_ITERATIONS:
-        return f"the outermost dimension ({s3}) is the iteration count: at most {BD_ITERATIONS}"
-    named = zip(("outermost", "third", "second", "innermost"), padding + tuple(zip(sizes, strides)))
-    for name, (size, stride) in named:
+    if d1 > BD_WRAP:
+        return f"d1 ({d1}) exceeds its {BD_WRAP} wrap"
+    if d3 > BD_ITERATIONS:
+        return f"d3 (outermost, {d3}) is the iteration count: at most {BD_ITERATIONS}"
+    for name, (size, stride) in zip(("d3", "d2", "d1", "d0"), dims):
         if size == 1:
             continue
-        if stride == 0 and name != "outermost":
-            return f"the {name} dimension has stride 0; only the outermost may"
-        if name != "innermost" and stride * itemsize % WORD:
+        if stride == 0 and name != "d3":
+            return f"the {name} stride is 0; only d3 (outermost) may be"
+        if name != "d0" and stride * itemsize % WORD:
             return f"the {name} stride ({stride} elements) is not a whole number of 4-byte words"
         if stride * itemsize // WORD > BD_STRIDE_WORDS:
             return (

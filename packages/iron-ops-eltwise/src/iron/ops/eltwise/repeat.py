@@ -5,7 +5,18 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from iron.core import IN, OUT, ArgSpec, Case, Operator, Tolerance, as_dtype, bf16, require
+from iron.core import (
+    IN,
+    OUT,
+    ArgSpec,
+    Case,
+    Operator,
+    Tolerance,
+    as_dtype,
+    bf16,
+    dtype_name,
+    require,
+)
 from iron.ops.eltwise.common import BD_ITERATIONS, BD_WRAP, WORD, bd_problem
 
 
@@ -56,8 +67,8 @@ class Repeat(Operator):
         for name in ("rows", "cols", "repeat"):
             require(self, name, getattr(self, name) >= 1, "at least 1")
         require(
-            self,
-            "dtype",
+            type(self),
+            f"dtype={dtype_name(self.dtype)}",
             self.dtype.itemsize <= WORD,
             "at most 4 bytes per element (the widest element the DMA moves)",
         )

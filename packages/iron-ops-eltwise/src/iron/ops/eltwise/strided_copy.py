@@ -77,8 +77,8 @@ class StridedCopy(Operator):
 
     def validate(self):
         require(
-            self,
-            "dtype",
+            type(self),
+            f"dtype={dtype_name(self.dtype)}",
             self.dtype in DTYPES,
             f"one of {', '.join(dtype_name(d) for d in DTYPES)}",
         )
