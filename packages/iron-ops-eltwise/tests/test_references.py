@@ -267,6 +267,19 @@ def test_angle_table_against_the_hugging_face_formula(scaling):
     assert np.all(np.abs(table[1, 1::2] / np.sin(freqs) - 1) <= 2**-23)
 
 
+def test_angle_table_rounds_each_frequency_to_float32_once():
+    """Far out, the float32 rounding of a frequency moves the angle visibly:
+    the table must follow the float32 frequencies Hugging Face holds."""
+    freqs, _ = hf_llama3_inv_freq(64, 500000.0, 32.0, 1.0, 4.0, 8192.0)
+    position = 2**20
+    table = angle_table(np.array([position]), 64, 500000.0, LLAMA_3_2)[0]
+    angles = position * freqs.astype(np.float32).astype(np.float64)
+    assert np.all(np.abs(table[0::2] - np.cos(angles)) <= 2**-24)
+    assert np.all(np.abs(table[1::2] - np.sin(angles)) <= 2**-24)
+    unrounded = position * freqs
+    assert np.max(np.abs(table[0::2] - np.cos(unrounded))) > 1e-3
+
+
 def test_angle_table_refuses_what_it_cannot_compute():
     with pytest.raises(ValueError, match="cols=63"):
         angle_table(np.arange(4), 63, 10000.0)

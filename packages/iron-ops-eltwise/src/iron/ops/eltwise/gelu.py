@@ -4,7 +4,7 @@ import attrs
 import numpy as np
 
 from iron.core import bf16
-from iron.ops.eltwise.common import ELEMENTWISE_CASES, Unary, approximated
+from iron.ops.eltwise.common import ELEMENTWISE_CASES, Unary, approximated, sigmoid
 
 _SQRT_2_OVER_PI = np.float32(np.sqrt(2 / np.pi))
 
@@ -22,7 +22,7 @@ class GELU(Unary):
     def reference(self, x):
         x = x.astype(np.float32)
         z = 2 * _SQRT_2_OVER_PI * (x + np.float32(0.044715) * x * x * x)
-        return (x * np.exp(-np.logaddexp(np.float32(0), -z))).astype(bf16)
+        return (x * sigmoid(z)).astype(bf16)
 
     def tolerance(self, device=None):
         return approximated(device or self.device)
