@@ -110,9 +110,9 @@ def test_gelu_is_the_tanh_approximation_not_the_erf_form():
 
 
 def test_activations_hold_their_precision_in_the_tails():
-    x = np.array([-30.0, -12.0, -6.0, 6.0, 12.0], bf16)
-    for op, formula in [(GELU(size=5), gelu_tanh64), (SiLU(size=5), lambda v: v * sigmoid64(v)),
-                        (Sigmoid(size=5), sigmoid64)]:  # fmt: skip
+    x = np.array([-30.0, -12.0, -6.0, 6.0, 12.0, 30.0], bf16)
+    for op, formula in [(GELU(size=6), gelu_tanh64), (SiLU(size=6), lambda v: v * sigmoid64(v)),
+                        (Sigmoid(size=6), sigmoid64)]:  # fmt: skip
         assert_one_rounding(op.reference(x), formula(f64(x)))
 
 

@@ -37,6 +37,7 @@ REFUSALS = [
      "16 lines of 256 must split evenly over 3 cores"),
     (ReLU, {"size": 8192, "tile_size": 8192}, None, "tile_size", "at most 4096"),
     (ReLU, {"size": 1024, "tile_size": 255}, None, "tile_size", "an even number of elements"),
+    (ReLU, {"size": 7}, None, "size", "an even number of elements"),
     (ReLU, {"size": 1024, "num_channels": 3}, None, "num_channels", "1 to 2 cores per column"),
     # tunables past the device's columns or its shim DMA budget
     (ReLU, {"size": 8192, "num_aie_columns": 8}, NPU1, "num_aie_columns",
@@ -84,6 +85,7 @@ REFUSALS = [
     (Dequant, {"size": 1000}, None, "size", "a multiple of tile_size=256"),
     (Dequant, {"size": 1024, "tile_size": 100}, None, "tile_size", "a multiple of group_size=32"),
     (Dequant, {"size": 1024, "group_size": 3}, None, "group_size", "an even number"),
+    (Dequant, {"size": 1024, "tile_size": 0}, None, "tile_size", "a multiple of group_size=32"),
     # the rest
     (Clamp, {"size": 1024, "lo": 2.0, "hi": 1.0}, None, "lo", "at most hi=1.0"),
     (Softmax, {"rows": 4, "cols": 64, "valid": 65}, None, "valid", "1 to cols=64"),

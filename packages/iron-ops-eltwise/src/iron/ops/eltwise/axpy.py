@@ -23,8 +23,11 @@ class AXPY(Binary):
 
     @staticmethod
     def arg_spec(size, dtype=bf16):
-        return [ArgSpec("x", size, dtype, IN), ArgSpec("y", size, dtype, IN),
-                ArgSpec("out", size, dtype, OUT)]  # fmt: skip
+        return [
+            ArgSpec("x", size, dtype, IN),
+            ArgSpec("y", size, dtype, IN),
+            ArgSpec("out", size, dtype, OUT),
+        ]
 
     def reference(self, x, y):
         factor = np.float32(self.scalar_factor)

@@ -5,7 +5,7 @@ the tolerance classes, and the flat elementwise shapes (`Unary`, `Binary`).
 An operator runs on num_aie_columns x num_channels cores, one per (column,
 channel), each taking the same whole number of lines or rows. Every core
 moves its own streams through the shim, so a column costs (streams per core x
-channels) of the device's shim DMA budget (`Device.shim_columns`); the
+channels) of the device's shim DMA budget (`Device.shim_dma_limit`); the
 default column count is the largest that divides the work and fits.
 """
 
@@ -234,7 +234,12 @@ class Elementwise(Operator):
     inputs: ClassVar[int] = 1
 
     def validate(self) -> None:
-        require(self, "size", self.size >= 1, "at least 1 element")
+        require(
+            self,
+            "size",
+            self.size >= 2 and self.size % 2 == 0,
+            "an even number of elements (the DMA moves 4-byte words)",
+        )
         tile, lines = self.tile_size, None
         if tile is not None:
             require(

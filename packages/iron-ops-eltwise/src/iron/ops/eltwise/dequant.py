@@ -46,7 +46,7 @@ class Dequant(Operator):
         require(
             self,
             "tile_size",
-            self.tile_size <= LINE_CAP and self.tile_size % self.group_size == 0,
+            self.group_size <= self.tile_size <= LINE_CAP and self.tile_size % self.group_size == 0,
             f"a multiple of group_size={self.group_size}, at most {LINE_CAP}",
         )
         require(

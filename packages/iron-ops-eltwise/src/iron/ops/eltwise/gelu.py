@@ -12,8 +12,8 @@ _SQRT_2_OVER_PI = np.float32(np.sqrt(2 / np.pi))
 @attrs.frozen
 class GELU(Unary):
     """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh
-    approximation (PyTorch's approximate="tanh"), which is what IRON's
-    kernels compute. The reference evaluates the identical x *
+    approximation (PyTorch's approximate="tanh"), the form IRON's GELU
+    kernels are tested against. The reference evaluates the identical x *
     sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)), which keeps its precision in
     the negative tail where 1 + tanh cancels."""
 

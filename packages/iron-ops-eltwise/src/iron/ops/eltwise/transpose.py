@@ -85,7 +85,7 @@ class Transpose(Operator):
             ("fill", (*blocks, tm, tn), (tm * N, tn, N, 1)),
             ("drain", (*blocks, tn, tm), (tm, tn * M, M, 1)),
         ):
-            problem = bd_problem(sizes, strides, 2)
+            problem = bd_problem(sizes, strides, bf16.itemsize)
             require(
                 self,
                 "tile_m",
@@ -102,8 +102,12 @@ class Transpose(Operator):
         tile_m = self.tile_m or _largest_side(self.M, channels, ROW_CAP // tile_n)
         most = device.shim_columns(1, channels)
         columns = next(c for c in range(most, 0, -1) if (self.N // tile_n) % c == 0)
-        return {"tile_m": tile_m, "tile_n": tile_n, "num_channels": channels,
-                "num_aie_columns": columns}  # fmt: skip
+        return {
+            "tile_m": tile_m,
+            "tile_n": tile_n,
+            "num_channels": channels,
+            "num_aie_columns": columns,
+        }
 
     def reference(self, x):
         return x.T.copy()
