@@ -50,14 +50,16 @@ BD_ITERATIONS = 64  # the 6-bit iteration wrap of the outermost dimension
 BD_STRIDE_WORDS = 1 << 20  # 20-bit stride fields, counted in words
 
 
-def default_columns(
-    device: Device, units: int, channels: int = 1, streams: int = 1, replicated: int = 0
-) -> int:
-    """The most columns the device's shim budget allows whose cores split
-    `units` (lines, rows, tiles) evenly; 1 when none does (validation then
-    says why)."""
+def default_array(
+    op: Operator, device: Device, units: int, *, streams: int = 1, replicated: int = 0
+) -> dict:
+    """`num_channels` (1 unless given) and `num_aie_columns`: the most columns
+    the device's shim budget allows whose cores split `units` (lines, rows,
+    tiles) evenly; 1 when none does (validation then says why)."""
+    channels = op.num_channels or 1
     most = device.shim_columns(streams, channels, replicated)
-    return next((c for c in range(most, 0, -1) if units % (c * channels) == 0), 1)
+    columns = next((c for c in range(most, 0, -1) if units % (c * channels) == 0), 1)
+    return {"num_channels": channels, "num_aie_columns": columns}
 
 
 def check_array(
@@ -255,10 +257,10 @@ class Elementwise(Operator):
 
     def tune(self, device: Device) -> dict:
         tile = self.tile_size or min(DEFAULT_TILE, self.size)
-        channels = self.num_channels or 1
-        lines = self.size // tile
-        columns = default_columns(device, lines, channels, streams=self.inputs)
-        return {"tile_size": tile, "num_channels": channels, "num_aie_columns": columns}
+        return {
+            "tile_size": tile,
+            **default_array(self, device, self.size // tile, streams=self.inputs),
+        }
 
 
 @attrs.frozen

@@ -4,7 +4,7 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Case, Operator, bf16, require, tunable
-from iron.ops.eltwise.common import LINE_CAP, ROUNDED, WORD, check_array, default_columns
+from iron.ops.eltwise.common import LINE_CAP, ROUNDED, WORD, check_array, default_array
 
 
 @attrs.frozen
@@ -64,12 +64,7 @@ class Dequant(Operator):
         check_array(self, "size", self.size // self.tile_size, "tiles")
 
     def tune(self, device):
-        channels = self.num_channels or 1
-        tiles = self.size // self.tile_size
-        return {
-            "num_channels": channels,
-            "num_aie_columns": default_columns(device, tiles, channels),
-        }
+        return default_array(self, device, self.size // self.tile_size)
 
     def reference(self, x):
         tiles = x.reshape(-1, self.tile_bytes)

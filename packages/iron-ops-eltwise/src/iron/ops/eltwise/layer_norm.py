@@ -4,7 +4,7 @@ import attrs
 import numpy as np
 
 from iron.core import Case, Operator, bf16, require, same_shape_unary, tunable
-from iron.ops.eltwise.common import approximated, check_array, check_row, default_columns
+from iron.ops.eltwise.common import approximated, check_array, check_row, default_array
 
 
 @attrs.frozen
@@ -34,11 +34,7 @@ class LayerNorm(Operator):
         check_array(self, "rows", self.rows, "rows")
 
     def tune(self, device):
-        channels = self.num_channels or 1
-        return {
-            "num_channels": channels,
-            "num_aie_columns": default_columns(device, self.rows, channels),
-        }
+        return default_array(self, device, self.rows)
 
     def reference(self, x):
         x = x.astype(np.float32)

@@ -4,7 +4,7 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Case, Operator, bf16, require, tunable
-from iron.ops.eltwise.common import approximated, check_array, check_row, default_columns
+from iron.ops.eltwise.common import approximated, check_array, check_row, default_array
 
 
 @attrs.frozen
@@ -46,10 +46,8 @@ class RMSNorm(Operator):
         check_array(self, "size", rows, "rows", replicated=int(self.weighted))
 
     def tune(self, device):
-        channels = self.num_channels or 1
         rows = self.size // self.tile_size
-        columns = default_columns(device, rows, channels, replicated=int(self.weighted))
-        return {"num_channels": channels, "num_aie_columns": columns}
+        return default_array(self, device, rows, replicated=int(self.weighted))
 
     def reference(self, x, weight=None):
         x = x.astype(np.float32)

@@ -9,7 +9,7 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Case, Operator, bf16, require, tunable
-from iron.ops.eltwise.common import ROUNDED, ROW_CAP, check_array, default_columns
+from iron.ops.eltwise.common import ROUNDED, ROW_CAP, check_array, default_array
 
 METHODS = ("two_halves", "interleaved")
 _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
@@ -71,9 +71,7 @@ class RoPE(Operator):
         check_array(self, "angle_rows", self.angle_rows, "angle rows", streams=2)
 
     def tune(self, device):
-        channels = self.num_channels or 1
-        columns = default_columns(device, self.angle_rows, channels, streams=2)
-        return {"num_channels": channels, "num_aie_columns": columns}
+        return default_array(self, device, self.angle_rows, streams=2)
 
     def reference(self, x, angles):
         x, angles = x.astype(np.float32), angles.astype(np.float32)

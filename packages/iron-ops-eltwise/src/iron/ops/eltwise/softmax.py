@@ -13,7 +13,7 @@ from iron.core import (
     same_shape_unary,
     tunable,
 )
-from iron.ops.eltwise.common import approximated, check_array, check_row, default_columns
+from iron.ops.eltwise.common import approximated, check_array, check_row, default_array
 
 
 @attrs.frozen
@@ -51,11 +51,7 @@ class Softmax(Operator):
             )
 
     def tune(self, device):
-        channels = self.num_channels or 1
-        return {
-            "num_channels": channels,
-            "num_aie_columns": default_columns(device, self.rows, channels),
-        }
+        return default_array(self, device, self.rows)
 
     def reference(self, x, *, valid):
         self._check_valid(valid)
