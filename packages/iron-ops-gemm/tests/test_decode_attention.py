@@ -83,14 +83,16 @@ def test_context_is_the_float64_weighted_sum_of_each_heads_group():
 def test_garbage_past_the_valid_length_never_reaches_the_output():
     rng = np.random.default_rng(32)
     q, keys, values = normal(rng, H, D), normal(rng, L, KV, D), normal(rng, L, KV, D)
-    weights = normal(rng, H, L)  # nonzero past valid too: the context must not read them
+    weights = normal(rng, H, L)  # nonzero past valid: 0 x NaN would still poison a sum
     scores_op, context_op = GQAScores(**SHAPE), GQAContext(**SHAPE)
     for valid in (1, 17, 63):
         (clean_scores,) = scores_op.call_reference(q, keys, valid=valid)
         (dirty_scores,) = scores_op.call_reference(q, poisoned(keys, valid), valid=valid)
         assert np.array_equal(dirty_scores.view(np.uint16), clean_scores.view(np.uint16))
         (clean,) = context_op.call_reference(weights, values, valid=valid)
-        (dirty,) = context_op.call_reference(weights, poisoned(values, valid), valid=valid)
+        dirty_weights = weights.copy()
+        dirty_weights[:, valid:] = np.nan
+        (dirty,) = context_op.call_reference(dirty_weights, poisoned(values, valid), valid=valid)
         assert np.array_equal(dirty.view(np.uint16), clean.view(np.uint16))
         assert np.all(np.isfinite(dirty.astype(np.float32)))
     # the data-aware tolerances see only what is read

@@ -237,5 +237,7 @@ def test_refusals_name_the_operator_parameter_and_rule(params, device, message):
             op.resolve(device)
 
 
-def test_a_tile_npu2_refuses_builds_on_npu1():
+def test_8_row_tiles_npu2_refuses_for_bf16_build_on_npu1_and_for_int8():
     assert GEMM(96, 64, 64, tile_m=8).resolve(NPU1).tile_m == 8
+    int8 = GEMM(96, 64, 64, tile_m=8, dtype_in="int8", dtype_out="int32")
+    assert int8.resolve(NPU2).tile_m == 8  # int8 is not emulated: 4x8x8 MACs
