@@ -1,5 +1,6 @@
 import re
 
+import attrs
 import numpy as np
 import pytest
 from support import unfaithful_fraction
@@ -82,6 +83,7 @@ REFUSALS = [
     ({"M": 64, "K": 40}, None, "GEMV: K=40: a multiple of 16, at least 32 .*vectors"),
     ({"M": 64, "K": 16}, None, "GEMV: K=16: a multiple of 16, at least 32"),
     ({"M": 64, "K": 64, "tile_size_input": 0}, None, "GEMV: tile_size_input=0: at least 1"),
+    ({"M": 64, "K": 64, "tile_size_output": 0}, None, "GEMV: tile_size_output=0: at least 1"),
     ({"M": 64, "K": 64, "tile_size_input": 4, "tile_size_output": 6}, None,
      "GEMV: tile_size_output=6: a multiple of tile_size_input=4"),
     ({"M": 100, "K": 64, "num_aie_columns": 8}, None,
@@ -94,6 +96,23 @@ REFUSALS = [
      re.escape("GEMV: tile_size_input=2: one core's buffers take 82952 bytes "
                "(A 65536 + x 16384 + y 8 + stack 1024); a core of npu2 holds 65536")),
 ]  # fmt: skip
+
+
+# a device whose shim tiles have one DMA channel each way: A and x of 8 columns
+# would need 16 streams out of 8
+ONE_CHANNEL = attrs.evolve(NPU2, name="npu2-one-channel", shim_dma_channels=1)
+REFUSALS.append(
+    (
+        {"M": 256, "K": 64, "num_aie_columns": 8},
+        ONE_CHANNEL,
+        "GEMV: num_aie_columns=8: at most 4 on npu2-one-channel at 8 columns: each column "
+        "moves 2 input streams out of 8 shim DMA streams",
+    )
+)
+
+
+def test_default_columns_stay_within_the_shim_budget():
+    assert GEMV(M=256, K=64).resolve(ONE_CHANNEL).num_aie_columns == 4
 
 
 @pytest.mark.parametrize("params, device, message", REFUSALS, ids=lambda v: None)

@@ -145,6 +145,20 @@ def test_refusals_name_the_composite_and_its_part(cls, params, message):
         cls(**params)
 
 
+def test_a_part_a_device_refuses_refuses_the_composite_there():
+    # one row of a 16384-wide down projection (32 KiB) double buffered, and x
+    # (32 KiB), overflow a core: no input tile fits
+    wide = SwiGLUDecode(embed=256, hidden=16384)
+    with pytest.raises(
+        OperatorError,
+        match="SwiGLUDecode\\(embed=256, hidden=16384\\): its down part is refused on npu1: "
+        "GEMV: tile_size_input=1: one core's buffers take 99332 bytes",
+    ):
+        wide.resolve(NPU1)
+    resolved = SwiGLUDecode(embed=256, hidden=8192).resolve(NPU1).parts()
+    assert {p.device for p in resolved.values()} == {NPU1}
+
+
 def test_a_composite_has_no_spec_of_its_own():
     with pytest.raises(TypeError, match="SwiGLUDecode is a composite"):
         SwiGLUDecode(embed=256, hidden=512).arg_specs()
