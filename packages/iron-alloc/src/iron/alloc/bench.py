@@ -43,7 +43,9 @@ def load_instance(path: str | Path) -> tuple[dict[str, LiveRange], dict[str, int
         for row in csv.DictReader(file):
             name, lower, upper = row["id"], int(row["lower"]), int(row["upper"])
             if upper <= lower:
-                raise ValueError(f"load_instance: {path}: buffer {name} has upper {upper} <= lower {lower}")
+                raise ValueError(
+                    f"load_instance: {path}: buffer {name} has upper {upper} <= lower {lower}"
+                )
             ranges[name] = LiveRange(lower, upper - 1)
             sizes[name] = int(row["size"])
     return ranges, sizes
@@ -199,11 +201,20 @@ def main(
 ) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=default_data, help="folder of CSV instances")
-    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)} and a small random graph")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"only {', '.join(QUICK)} and a small random graph"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random graph")
-    parser.add_argument("--random", type=int, default=None, help="steps of the random graph (default 5000, quick 300)")
+    parser.add_argument(
+        "--random",
+        type=int,
+        default=None,
+        help="steps of the random graph (default 5000, quick 300)",
+    )
     parser.add_argument("--alignments", type=int, nargs="+", default=[1, 64])
-    parser.add_argument("--write-readme", action="store_true", help="write the table into the README")
+    parser.add_argument(
+        "--write-readme", action="store_true", help="write the table into the README"
+    )
     parser.add_argument("--readme", type=Path, default=default_readme)
     args = parser.parse_args(argv)
     if args.data is not None and not args.data.is_dir():

@@ -73,8 +73,10 @@ def _raise_overlap(plan: Plan, ranges: Mapping[str, LiveRange], a: tuple, b: tup
 
     def describe(span: tuple) -> str:
         name = span[4]
-        when = "fixed, every step" if name in fixed and name not in ranges else (
-            f"steps [{span[0]}, {span[1]}]"
+        when = (
+            "fixed, every step"
+            if name in fixed and name not in ranges
+            else (f"steps [{span[0]}, {span[1]}]")
         )
         return f"{name!r} ({when}, bytes [{span[2]}, {span[3]}))"
 

@@ -69,7 +69,7 @@ def greedy_offsets(
         group_begin = member_begin[first:stop]
         lows.append((first + np.searchsorted(group_begin, begin - longest + 1)).tolist())
         highs.append((first + np.searchsorted(group_begin, end, "right")).tolist())
-    spans = list(zip(lows, highs))
+    spans = list(zip(lows, highs, strict=True))
 
     # per slot: last step (-1 until placed), offset and end, as numpy and as lists
     slot_last = np.full(len(members), -1, np.int64)
@@ -99,7 +99,7 @@ def greedy_offsets(
             starts.sort()
             stops.sort()
             best, best_gap, below = -1, 0, 0
-            for start, stop in zip(starts, stops):
+            for start, stop in zip(starts, stops, strict=True):
                 if start > below:  # a gap between the union's pieces
                     cursor = -(-below // a) * a
                     gap = start - cursor

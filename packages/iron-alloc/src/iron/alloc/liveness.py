@@ -137,9 +137,7 @@ def touch_ranges(steps: Sequence[Step], names: Iterable[str]) -> dict[str, LiveR
             first.setdefault(name, index)
             last[name] = index
     whole = LiveRange(0, max(len(steps) - 1, 0))
-    return {
-        name: LiveRange(first[name], last[name]) if name in first else whole for name in names
-    }
+    return {name: LiveRange(first[name], last[name]) if name in first else whole for name in names}
 
 
 def peak_live_bytes(ranges: Mapping[str, LiveRange], sizes: Mapping[str, int]) -> int:

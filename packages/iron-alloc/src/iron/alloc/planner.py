@@ -123,7 +123,9 @@ def place(
         if allocation.name in ranges:
             raise ValueError(f"place: fixed allocation {allocation.name!r} is also in ranges")
         if _index("place", "fixed offset", allocation.offset) < 0 or allocation.size < 0:
-            raise ValueError(f"place: fixed allocation {allocation!r} has a negative offset or size")
+            raise ValueError(
+                f"place: fixed allocation {allocation!r} has a negative offset or size"
+            )
 
     n = len(names)
     begin = np.fromiter((ranges[k].begin for k in names), np.int64, n)
@@ -143,7 +145,7 @@ def place(
     offsets = search.best_offsets
     top = int((offsets + size).max()) if n else 0
     return Plan(
-        offsets=dict(zip(names, offsets.tolist())),
+        offsets=dict(zip(names, offsets.tolist(), strict=True)),
         size=max(top, fixed_top),
         alignment=alignment,
         fixed=fixed,

@@ -104,8 +104,7 @@ def render_png(
         from matplotlib.figure import Figure
     except ImportError as error:
         raise ImportError(
-            "render_png needs matplotlib: install the plot extra, "
-            "`pip install 'iron-alloc[plot]'`"
+            "render_png needs matplotlib: install the plot extra, `pip install 'iron-alloc[plot]'`"
         ) from error
 
     named = _by_size(ranges, sizes)
@@ -135,7 +134,9 @@ def render_png(
         )
     first = min((ranges[n].begin for n in named), default=0)
     last = max((ranges[n].end for n in named), default=0) + 1
-    axes.axhline(lower, color="black", linestyle="--", linewidth=1, label=f"lower bound {lower:,} B")
+    axes.axhline(
+        lower, color="black", linestyle="--", linewidth=1, label=f"lower bound {lower:,} B"
+    )
     axes.axhline(plan.size, color="red", linestyle=":", linewidth=1, label=f"arena {plan.size:,} B")
     axes.set_xlim(first, last)
     axes.set_ylim(0, max(plan.size, lower, 1) * 1.05)
