@@ -29,10 +29,16 @@ from .liveness import LiveRange
 STRATEGIES = ("auto", "greedy", "best")
 BEST_AUTO_LIMIT = 1000
 """`strategy="auto"` runs "best" up to this many buffers, plain greedy above."""
-BEST_WORK = 100_000
-"""Buffer placements the improvement rounds of "best" may spend (at most 64 rounds)."""
-_IMPROVE_ROUNDS = 64
+BEST_FULL_LIMIT = 5000
+"""Above this many buffers "best" tries only `_LARGE_ORDERS` and no improvement rounds."""
+BEST_WORK = 20_000_000
+"""Improvement rounds of "best" for n buffers: min(96, BEST_WORK // n**2)."""
+_IMPROVE_ROUNDS = 96
+_LARGE_ORDERS = ("size", "peak", "conflict", "lifetime")
+_LARGE_COMPACTED = 2  # large instances: how many of the best layouts get compacted
+_LARGE_COMPACT_PASSES = 4
 _IMPROVE_STARTS = 3  # the best orders that the improvement rounds start from
+_COMPACT_PASSES = 3
 _PROMOTION = (0.25, 0.5, 1.0)  # how far up a top buffer moves, as a share of its position
 
 
@@ -139,7 +145,7 @@ def place(
     if strategy == "auto":
         strategy = "best" if n <= BEST_AUTO_LIMIT else "greedy"
     if strategy == "greedy":
-        search.run("size", search.orders()["size"], best_fit=True)
+        search.run("size", search.size_order(), best_fit=True)
     else:
         search.best()
     offsets = search.best_offsets
@@ -151,6 +157,10 @@ def place(
         fixed=fixed,
         strategy=search.best_label,
     )
+
+
+def _fit(best_fit: bool) -> str:
+    return "best-fit" if best_fit else "first-fit"
 
 
 class _Search:
@@ -166,19 +176,26 @@ class _Search:
         self.best_top = None
         self.best_label = "size/best-fit"
 
+    def size_order(self) -> np.ndarray:
+        """Plain greedy's order: largest first, then by begin, then by name."""
+        return self._nonempty(np.lexsort((self.name_rank, self.begin, -self.size)))
+
     def orders(self) -> dict[str, np.ndarray]:
         """Candidate orders; every key ends in (begin, name) for a total order."""
         begin, end, size, rank = self.begin, self.end, self.size, self.name_rank
         life = end - begin + 1
+        peak = self._peak_step()
         keys = {
-            "size": (rank, begin, -size),
             "conflict": (rank, begin, -size, -self._conflict()),
+            "peak": (rank, begin, -size, np.maximum(0, np.maximum(begin - peak, peak - end))),
             "begin": (rank, -size, begin),
             "end": (rank, begin, -size, -end),
             "lifetime": (rank, begin, -size, -life),
             "area": (rank, begin, -size, -size * life),
         }
-        return {label: self._nonempty(np.lexsort(key)) for label, key in keys.items()}
+        orders = {"size": self.size_order()}
+        orders.update((label, self._nonempty(np.lexsort(key))) for label, key in keys.items())
+        return orders
 
     def _nonempty(self, order: np.ndarray) -> np.ndarray:
         return order[self.nonempty[order]]
@@ -193,42 +210,108 @@ class _Search:
         ended_before_me = np.searchsorted(self.end[by_end], self.begin, "left")
         return begun[started_by_my_end] - ended[ended_before_me]
 
+    def _peak_step(self) -> int:
+        """The first step at which the most bytes are live."""
+        if len(self.size) == 0:
+            return 0
+        times = np.concatenate([self.begin, self.end + 1])
+        deltas = np.concatenate([self.size, -self.size])
+        order = np.lexsort((deltas, times))
+        return int(times[order][np.argmax(np.cumsum(deltas[order]))])
+
+    def top(self, offsets: np.ndarray) -> int:
+        return int((offsets + self.size).max(initial=0))
+
     def run(self, label: str, order: np.ndarray, best_fit: bool) -> np.ndarray:
         offsets = greedy_offsets(
             self.begin, self.end, self.size, order, self.alignment, *self.fixed, best_fit
         )
-        top = int((offsets + self.size).max()) if len(order) else 0
-        if self.best_top is None or top < self.best_top:
-            self.best_top, self.best_offsets = top, offsets
-            self.best_label = f"{label}/{'best' if best_fit else 'first'}-fit"
+        self._keep(offsets, f"{label}/{_fit(best_fit)}")
         return offsets
 
+    def _keep(self, offsets: np.ndarray, label: str) -> None:
+        top = self.top(offsets)
+        if self.best_top is None or top < self.best_top:
+            self.best_top, self.best_offsets, self.best_label = top, offsets, label
+
+    def compact(self, offsets: np.ndarray, label: str, passes: int) -> int:
+        """Turn the layout upside down and let every buffer fall as low as it
+        fits, in order of its (flipped) offset; repeat while that helps. Each
+        buffer then only meets buffers that were below it, which end no higher
+        than it starts, so nothing rises and the arena never grows (without
+        fixed allocations; with them the smallest arena is kept anyway).
+        Returns the smallest top reached."""
+        top = self.top(offsets)
+        for _ in range(passes):
+            flipped = top - (offsets + self.size)
+            order = self._nonempty(np.lexsort((self.name_rank, flipped)))
+            offsets = greedy_offsets(
+                self.begin, self.end, self.size, order, self.alignment, *self.fixed, True
+            )
+            self._keep(offsets, f"{label}, compacted")
+            new_top = self.top(offsets)
+            if new_top >= top:
+                break
+            top = new_top
+        return min(top, self.top(offsets))
+
     def best(self) -> None:
-        started = []
-        for label, order in self.orders().items():
-            for best_fit in (True, False):
-                offsets = self.run(label, order, best_fit)
-                started.append((int((offsets + self.size).max(initial=0)), label, order, best_fit))
         n = int(self.nonempty.sum())
-        if n < 2:
+        if n < 2:  # nothing to choose
+            self.run("size", self.size_order(), True)
             return
-        rounds = min(_IMPROVE_ROUNDS, BEST_WORK // n)
+        orders = self.orders()
+        if n > BEST_FULL_LIMIT:  # large: the orders that win on real traces, best fit only
+            orders = {label: orders[label] for label in _LARGE_ORDERS}
+        started = []
+        for label, order in orders.items():
+            for best_fit in (True, False) if n <= BEST_FULL_LIMIT else (True,):
+                offsets = self.run(label, order, best_fit)
+                started.append((self.top(offsets), label, order, best_fit, offsets))
         started.sort(key=lambda item: item[0])  # stable: ties keep the listing order
-        starts = started[:_IMPROVE_STARTS]
+        if n > BEST_FULL_LIMIT:
+            for _, label, _, best_fit, offsets in started[:_LARGE_COMPACTED]:
+                self.compact(offsets, f"{label}/{_fit(best_fit)}", _LARGE_COMPACT_PASSES)
+            return
+        for k, (_, label, order, best_fit, offsets) in enumerate(started):
+            top = self.compact(offsets, f"{label}/{_fit(best_fit)}", _COMPACT_PASSES)
+            started[k] = (top, label, order, best_fit, offsets)
+        started.sort(key=lambda item: item[0])
+        starts = [item[1:4] for item in started[:_IMPROVE_STARTS]]
+        noisy_keys = {"size": self.size.astype(float), "conflict": self._conflict().astype(float)}
+        rng = np.random.default_rng(0)  # fixed seed: the search is deterministic
+        rounds = min(_IMPROVE_ROUNDS, BEST_WORK // (n * n))
         for k in range(rounds):
-            _, label, order, best_fit = starts[k % len(starts)]
-            share = _PROMOTION[(k // len(starts)) % len(_PROMOTION)]
-            offsets = self.run(f"{label}+promoted", order, best_fit)
-            starts[k % len(starts)] = (0, label, self._promote(order, offsets, share), best_fit)
+            if k % 2:  # jitter a key by about +-30% and let greedy re-sort
+                label = ("size", "conflict")[(k // 2) % 2]
+                noise = np.exp(0.3 * rng.standard_normal(len(self.size)))
+                order = self._nonempty(np.lexsort((self.name_rank, -noisy_keys[label] * noise)))
+                best_fit, label = (k // 4) % 2 == 0, f"{label}+jitter"
+            else:  # promote the buffers on top in one of the best orders so far
+                slot = (k // 2) % len(starts)
+                label, order, best_fit = starts[slot]
+                share = _PROMOTION[(k // (2 * len(starts))) % len(_PROMOTION)]
+                starts[slot] = (label, None, best_fit)  # replaced below
+                label = f"{label}+promoted" if "+promoted" not in label else label
+            offsets = self.run(label, order, best_fit)
+            self.compact(offsets, f"{label}/{_fit(best_fit)}", _COMPACT_PASSES)
+            if k % 2 == 0:
+                starts[slot] = (label, self._promote(order, offsets, share), best_fit)
 
     def _promote(self, order: np.ndarray, offsets: np.ndarray, share: float) -> np.ndarray:
-        """Move the buffers that reach the top of the arena earlier in `order`,
-        each by `share` of its position: placed sooner, they find lower gaps."""
+        """Move the top layer earlier in `order`, each buffer by `share` of its
+        position: the buffers that share a step with the ones reaching the top
+        and end above the lowest of those. Placed sooner, they find lower gaps."""
         ends = offsets + self.size
-        top = ends[order].max()
+        on_top = np.nonzero(ends == ends[order].max())[0]
+        layer = (
+            (ends > offsets[on_top].min())
+            & (self.begin <= self.end[on_top].max())
+            & (self.end >= self.begin[on_top].min())
+        )
+        moving = layer[order]
         order = order.tolist()
-        on_top = {int(i) for i in np.nonzero(ends == top)[0]}
-        for position in [p for p, i in enumerate(order) if i in on_top]:
+        for position in np.nonzero(moving)[0].tolist():
             buffer = order.pop(position)
             order.insert(max(0, int(position * (1 - share)) - 1), buffer)
         return np.array(order, np.int64)
