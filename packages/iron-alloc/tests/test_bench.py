@@ -51,3 +51,9 @@ def test_quick_benchmark_prints_the_expected_rows():
         naive, greedy, best = float(r[3]), float(r[4]), float(r[5])
         assert 1.0 <= best <= greedy <= naive
     assert "- best never worse than greedy: met" in result.stdout
+
+
+def test_readme_example_runs():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    example = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(example, "README example", "exec"), {})

@@ -152,15 +152,16 @@ def peak_live_bytes(ranges: Mapping[str, LiveRange], sizes: Mapping[str, int]) -
     begin = np.fromiter((r.begin for r in ranges.values()), np.int64, len(ranges))
     end = np.fromiter((r.end for r in ranges.values()), np.int64, len(ranges))
     size = np.fromiter((sizes[name] for name in ranges), np.int64, len(ranges))
-    return peak_of_arrays(begin, end, size)
+    return int(load_profile(begin, end, size)[1].max())
 
 
-def peak_of_arrays(begin: np.ndarray, end: np.ndarray, size: np.ndarray) -> int:
-    """`peak_live_bytes` on arrays of inclusive ranges and sizes."""
-    if len(size) == 0:
-        return 0
-    # a buffer frees at end + 1; at equal times frees (negative deltas) sort first
+def load_profile(begin: np.ndarray, end: np.ndarray, size: np.ndarray):
+    """(times, live): after the events at `times[k]`, `live[k]` bytes are live.
+
+    Arrays of inclusive ranges and sizes in; a buffer frees at `end + 1`, and
+    at equal times frees sort before allocations, so touching is not overlap.
+    """
     times = np.concatenate([begin, end + 1])
     deltas = np.concatenate([size, -size])
     order = np.lexsort((deltas, times))
-    return int(max(np.cumsum(deltas[order]).max(), 0))
+    return times[order], np.cumsum(deltas[order])

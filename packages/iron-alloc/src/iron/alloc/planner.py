@@ -6,12 +6,13 @@ in TFLite's GPU delegate: largest buffer first (ties by begin, then name),
 each into the smallest gap left by the already placed buffers that share a
 step with it, else on top. It is fast and lands within a few per mille of the
 lower bound on real traces, but 30-40% above it on hard synthetic cases. No
-single order wins everywhere, so "best" runs several orders (by size, by
-conflict, by begin, by end, by lifetime, by area; each with best fit and
-first fit), then improves the winners by promoting the buffers that reach the
-top of the arena, and keeps the smallest arena. Plain greedy is its first
-candidate and a later one must be strictly smaller to replace it, so "best"
-is never worse than "greedy".
+single order wins everywhere, so "best" runs several orders (size, conflict,
+distance from the peak step, begin, end, lifetime, area; each with best fit
+and first fit), compacts each layout (see `_Search.compact`), then spends
+some rounds promoting the top layer of the best orders and trying jittered
+orders, and keeps the smallest arena. Plain greedy is its first candidate and
+a later one must be strictly smaller to replace it, so "best" is never worse
+than "greedy".
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .greedy import greedy_offsets
-from .liveness import LiveRange
+from .liveness import LiveRange, load_profile
 
 STRATEGIES = ("auto", "greedy", "best")
 BEST_AUTO_LIMIT = 1000
@@ -212,12 +213,8 @@ class _Search:
 
     def _peak_step(self) -> int:
         """The first step at which the most bytes are live."""
-        if len(self.size) == 0:
-            return 0
-        times = np.concatenate([self.begin, self.end + 1])
-        deltas = np.concatenate([self.size, -self.size])
-        order = np.lexsort((deltas, times))
-        return int(times[order][np.argmax(np.cumsum(deltas[order]))])
+        times, live = load_profile(self.begin, self.end, self.size)
+        return int(times[np.argmax(live)])
 
     def top(self, offsets: np.ndarray) -> int:
         return int((offsets + self.size).max(initial=0))
@@ -260,43 +257,51 @@ class _Search:
         if n < 2:  # nothing to choose
             self.run("size", self.size_order(), True)
             return
+        large = n > BEST_FULL_LIMIT
         orders = self.orders()
-        if n > BEST_FULL_LIMIT:  # large: the orders that win on real traces, best fit only
+        if large:  # the orders that win on real traces, best fit only
             orders = {label: orders[label] for label in _LARGE_ORDERS}
-        started = []
+        tried = []
         for label, order in orders.items():
-            for best_fit in (True, False) if n <= BEST_FULL_LIMIT else (True,):
+            for best_fit in (True,) if large else (True, False):
                 offsets = self.run(label, order, best_fit)
-                started.append((self.top(offsets), label, order, best_fit, offsets))
-        started.sort(key=lambda item: item[0])  # stable: ties keep the listing order
-        if n > BEST_FULL_LIMIT:
-            for _, label, _, best_fit, offsets in started[:_LARGE_COMPACTED]:
-                self.compact(offsets, f"{label}/{_fit(best_fit)}", _LARGE_COMPACT_PASSES)
+                tried.append((self.top(offsets), f"{label}/{_fit(best_fit)}", offsets))
+        if large:
+            tried.sort(key=lambda item: item[0])  # stable: ties keep the listing order
+            for _, label, offsets in tried[:_LARGE_COMPACTED]:
+                self.compact(offsets, label, _LARGE_COMPACT_PASSES)
             return
-        for k, (_, label, order, best_fit, offsets) in enumerate(started):
-            top = self.compact(offsets, f"{label}/{_fit(best_fit)}", _COMPACT_PASSES)
-            started[k] = (top, label, order, best_fit, offsets)
-        started.sort(key=lambda item: item[0])
-        starts = [item[1:4] for item in started[:_IMPROVE_STARTS]]
-        noisy_keys = {"size": self.size.astype(float), "conflict": self._conflict().astype(float)}
-        rng = np.random.default_rng(0)  # fixed seed: the search is deterministic
-        rounds = min(_IMPROVE_ROUNDS, BEST_WORK // (n * n))
-        for k in range(rounds):
-            if k % 2:  # jitter a key by about +-30% and let greedy re-sort
-                label = ("size", "conflict")[(k // 2) % 2]
-                noise = np.exp(0.3 * rng.standard_normal(len(self.size)))
-                order = self._nonempty(np.lexsort((self.name_rank, -noisy_keys[label] * noise)))
-                best_fit, label = (k // 4) % 2 == 0, f"{label}+jitter"
-            else:  # promote the buffers on top in one of the best orders so far
+        starts = []
+        for (_, label, offsets), (order, best_fit) in zip(
+            tried, ((o, f) for o in orders.values() for f in (True, False)), strict=True
+        ):
+            top = self.compact(offsets, label, _COMPACT_PASSES)
+            starts.append((top, label.split("/")[0], order, best_fit))
+        starts.sort(key=lambda item: item[0])
+        self._improve(n, [item[1:] for item in starts[:_IMPROVE_STARTS]])
+
+    def _improve(self, n: int, starts: list[tuple[str, np.ndarray, bool]]) -> None:
+        """`min(96, BEST_WORK // n**2)` rounds, each a greedy run and its
+        compaction. Even rounds take the next of `starts` (label, order, fit)
+        and promote its top layer for the following visit; odd rounds sort by
+        size or conflict jittered by about 30% (a seeded generator)."""
+        keys = {"size": self.size.astype(float), "conflict": self._conflict().astype(float)}
+        rng = np.random.default_rng(0)
+        for k in range(min(_IMPROVE_ROUNDS, BEST_WORK // (n * n))):
+            if k % 2 == 0:
                 slot = (k // 2) % len(starts)
                 label, order, best_fit = starts[slot]
                 share = _PROMOTION[(k // (2 * len(starts))) % len(_PROMOTION)]
-                starts[slot] = (label, None, best_fit)  # replaced below
-                label = f"{label}+promoted" if "+promoted" not in label else label
-            offsets = self.run(label, order, best_fit)
+                label = f"{label}+promoted"
+                offsets = self.run(label, order, best_fit)
+                starts[slot] = (starts[slot][0], self._promote(order, offsets, share), best_fit)
+            else:
+                key = ("size", "conflict")[(k // 2) % 2]
+                noise = np.exp(0.3 * rng.standard_normal(len(self.size)))
+                order = self._nonempty(np.lexsort((self.name_rank, -keys[key] * noise)))
+                label, best_fit = f"{key}+jitter", (k // 4) % 2 == 0
+                offsets = self.run(label, order, best_fit)
             self.compact(offsets, f"{label}/{_fit(best_fit)}", _COMPACT_PASSES)
-            if k % 2 == 0:
-                starts[slot] = (label, self._promote(order, offsets, share), best_fit)
 
     def _promote(self, order: np.ndarray, offsets: np.ndarray, share: float) -> np.ndarray:
         """Move the top layer earlier in `order`, each buffer by `share` of its

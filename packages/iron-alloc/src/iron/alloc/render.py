@@ -139,7 +139,7 @@ def render_png(
     )
     axes.axhline(plan.size, color="red", linestyle=":", linewidth=1, label=f"arena {plan.size:,} B")
     axes.set_xlim(first, last)
-    axes.set_ylim(0, max(plan.size, lower, 1) * 1.05)
+    axes.set_ylim(0, max(plan.size, lower, 1) * 1.15)  # room for the legend
     axes.set_xlabel("step")
     axes.set_ylabel("bytes")
     axes.set_title(title or f"{len(named)} buffers, {plan.strategy}")
