@@ -129,7 +129,8 @@ def place(
             raise TypeError(f"place: fixed entries must be Allocation, got {allocation!r}")
         if allocation.name in ranges:
             raise ValueError(f"place: fixed allocation {allocation.name!r} is also in ranges")
-        if _index("place", "fixed offset", allocation.offset) < 0 or allocation.size < 0:
+        offset = _index("place", f"offset of fixed {allocation.name!r}", allocation.offset)
+        if offset < 0 or _index("place", f"size of fixed {allocation.name!r}", allocation.size) < 0:
             raise ValueError(
                 f"place: fixed allocation {allocation!r} has a negative offset or size"
             )
@@ -182,7 +183,7 @@ class _Search:
         return self._nonempty(np.lexsort((self.name_rank, self.begin, -self.size)))
 
     def orders(self) -> dict[str, np.ndarray]:
-        """Candidate orders; every key ends in (begin, name) for a total order."""
+        """Candidate orders, each made total by ending in the name order."""
         begin, end, size, rank = self.begin, self.end, self.size, self.name_rank
         life = end - begin + 1
         peak = self._peak_step()
