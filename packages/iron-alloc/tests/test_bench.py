@@ -57,3 +57,12 @@ def test_readme_example_runs():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     example = readme.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(example, "README example", "exec"), {})
+
+
+def test_console_script_is_installed():
+    from importlib.metadata import entry_points
+
+    (script,) = [
+        ep for ep in entry_points(group="console_scripts") if ep.name == "iron-alloc-bench"
+    ]
+    assert script.load().__module__ == "iron.alloc.bench"

@@ -2,6 +2,7 @@
 
     python -m iron.alloc.bench [--data DIR] [--quick] [--seed S] [--random N]
                                [--write-readme --readme PATH]
+    iron-alloc-bench ...        (the same, as a console script)
 
 Each CSV instance (`id,lower,upper,size`, live on the half-open steps
 `[lower, upper)`) is planned at alignment 1 and 64 by plain greedy and by
@@ -250,12 +251,16 @@ def main(
     return 0
 
 
-if __name__ == "__main__":
-    candidate = Path("packages/iron-alloc/benchmarks/data")
+def cli() -> int:
+    """`python -m iron.alloc.bench` and `iron-alloc-bench`: from the repository
+    root the corpus and README are found; elsewhere pass --data (and --readme)."""
+    data = Path("packages/iron-alloc/benchmarks/data")
     readme = Path("packages/iron-alloc/README.md")
-    sys.exit(
-        main(
-            default_data=candidate if candidate.is_dir() else None,
-            default_readme=readme if readme.is_file() else None,
-        )
+    return main(
+        default_data=data if data.is_dir() else None,
+        default_readme=readme if readme.is_file() else None,
     )
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
