@@ -262,23 +262,28 @@ class _Search:
         orders = self.orders()
         if large:  # the orders that win on real traces, best fit only
             orders = {label: orders[label] for label in _LARGE_ORDERS}
-        tried = []
+        tried = []  # (top, order label, order, best fit, offsets)
         for label, order in orders.items():
             for best_fit in (True,) if large else (True, False):
                 offsets = self.run(label, order, best_fit)
-                tried.append((self.top(offsets), f"{label}/{_fit(best_fit)}", offsets))
+                tried.append((self.top(offsets), label, order, best_fit, offsets))
         if large:
             tried.sort(key=lambda item: item[0])  # stable: ties keep the listing order
-            for _, label, offsets in tried[:_LARGE_COMPACTED]:
-                self.compact(offsets, label, _LARGE_COMPACT_PASSES)
+            for _, label, _, best_fit, offsets in tried[:_LARGE_COMPACTED]:
+                self.compact(offsets, f"{label}/{_fit(best_fit)}", _LARGE_COMPACT_PASSES)
             return
-        starts = []
-        for (_, label, offsets), (order, best_fit) in zip(
-            tried, ((o, f) for o in orders.values() for f in (True, False)), strict=True
-        ):
-            top = self.compact(offsets, label, _COMPACT_PASSES)
-            starts.append((top, label.split("/")[0], order, best_fit))
-        starts.sort(key=lambda item: item[0])
+        starts = sorted(
+            (
+                (
+                    self.compact(offsets, f"{label}/{_fit(best_fit)}", _COMPACT_PASSES),
+                    label,
+                    order,
+                    best_fit,
+                )
+                for _, label, order, best_fit, offsets in tried
+            ),
+            key=lambda item: item[0],
+        )
         self._improve(n, [item[1:] for item in starts[:_IMPROVE_STARTS]])
 
     def _improve(self, n: int, starts: list[tuple[str, np.ndarray, bool]]) -> None:
