@@ -1,4 +1,4 @@
-"""Shared test helpers."""
+"""Shared test fixtures: an independent reference planner."""
 
 import pytest
 
