@@ -62,11 +62,11 @@ def require(op, parameter: str, condition, rule: str) -> None:
     if condition:
         return
     cls = op if isinstance(op, type) else type(op)
-    shown = (
-        f"{parameter}={getattr(op, parameter)!r}"
-        if hasattr(op, parameter) and op is not cls
-        else parameter
-    )
+    shown = parameter
+    if op is not cls and hasattr(op, parameter):
+        value = getattr(op, parameter)
+        # as the caller spells it: an enum by its value, a dtype by its name
+        shown += "=" + (repr(value.value) if isinstance(value, enum.Enum) else _text(value))
     raise OperatorError(f"{cls.__name__}: {shown}: {rule}")
 
 
@@ -109,7 +109,12 @@ def _text(value) -> str:
     if isinstance(value, Device):
         return value.key
     if isinstance(value, (tuple, list)):
-        return "(" + ", ".join(_text(v) for v in value) + ")"
+        inner = ", ".join(_text(v) for v in value)
+        return (
+            f"[{inner}]"
+            if isinstance(value, list)
+            else f"({inner}{',' if len(value) == 1 else ''})"
+        )
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{_text(k)}: {_text(v)}" for k, v in sorted(value.items())) + "}"
     if isinstance(value, (np.dtype, type)):

@@ -78,7 +78,8 @@ def compare(actual, expected, tolerance: Tolerance, name: str = "output") -> Ver
         both_nan = np.isnan(a) & np.isnan(e)
         diff = np.where(both_nan | (a == e), 0.0, diff)  # equal infinities too
         diff = np.where(np.isnan(diff), np.inf, diff)
-        rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+        rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny))
+        rel = np.where(np.isnan(rel), np.inf, rel)
         if tolerance.is_exact:
             miss = _as_bits(actual) != _as_bits(expected)
         else:

@@ -1,0 +1,43 @@
+"""Llama 3.2 1B on IRON: the model files (config, safetensors checkpoint,
+tokenizer), a float32 reference oracle, a seeded sampler, accuracy and
+determinism checks, and synthetic checkpoints for tests and demos."""
+
+from iron.llama.checkpoint import Checkpoint, CheckpointError, SafetensorsFile, write_safetensors
+from iron.llama.checks import (
+    AccuracyBounds,
+    AccuracyReport,
+    CausalLM,
+    DeterminismReport,
+    check_accuracy,
+    check_determinism,
+)
+from iron.llama.config import ConfigError, Llama3RopeScaling, LlamaConfig
+from iron.llama.reference import Oracle, OracleModel, rope_inv_freq
+from iron.llama.sampling import Sampler
+from iron.llama.synthetic import make_synthetic
+from iron.llama.tokenizer import Tokenizer
+from iron.llama.weights import LayerWeights, LlamaWeights
+
+__all__ = [
+    "AccuracyBounds",
+    "AccuracyReport",
+    "CausalLM",
+    "Checkpoint",
+    "CheckpointError",
+    "ConfigError",
+    "DeterminismReport",
+    "LayerWeights",
+    "Llama3RopeScaling",
+    "LlamaConfig",
+    "LlamaWeights",
+    "Oracle",
+    "OracleModel",
+    "SafetensorsFile",
+    "Sampler",
+    "Tokenizer",
+    "check_accuracy",
+    "check_determinism",
+    "make_synthetic",
+    "rope_inv_freq",
+    "write_safetensors",
+]

@@ -1,0 +1,289 @@
+"""`LlamaConfig`: the fields of a Hugging Face Llama `config.json` that the forward uses.
+
+Both RoPE spellings are read: `rope_theta` + `rope_scaling` (the Llama 3.2
+release files; older files say `type` where newer ones say `rope_type`) and
+the single `rope_parameters` dict that transformers 5 writes (holding
+`rope_theta` too). Settings this implementation does not compute (another
+RoPE type, biases, an activation other than SiLU...) are refused by name
+rather than silently ignored. Absent optional fields take transformers'
+`LlamaConfig` defaults, so a file means here what it means there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config.json this package cannot run: the message names field, value and rule."""
+
+
+@dataclass(frozen=True)
+class Llama3RopeScaling:
+    """llama3 frequency scaling (transformers `_compute_llama3_parameters`)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Model dimensions and numerics. `head_dim` is always set (derived as
+    hidden_size // num_attention_heads when the file has none); `eos_token_ids`
+    is a tuple because instruct checkpoints list several."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: Llama3RopeScaling | None = None
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 2048
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            _require(
+                name,
+                value,
+                isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                "must be a positive integer",
+            )
+        _require(
+            "num_attention_heads",
+            self.num_attention_heads,
+            self.num_attention_heads % self.num_key_value_heads == 0,
+            f"must be a multiple of num_key_value_heads ({self.num_key_value_heads}): "
+            "grouped-query attention gives each kv head a whole group of query heads",
+        )
+        _require("head_dim", self.head_dim, self.head_dim % 2 == 0, "must be even (RoPE pairs)")
+        for name in ("rms_norm_eps", "rope_theta"):
+            value = getattr(self, name)
+            _require(name, value, _is_number(value) and value > 0, "must be a positive number")
+        for name, token in [("bos_token_id", self.bos_token_id)] + [
+            ("eos_token_id", t) for t in self.eos_token_ids
+        ]:
+            _require(
+                name,
+                token,
+                token is None
+                or (isinstance(token, int) and not isinstance(token, bool) and token >= 0),
+                "must be a non-negative integer",
+            )
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per kv head: query head h reads kv head h // group_size."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> LlamaConfig:
+        """Read `path` (a config.json, or a directory holding one)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(
+                f"{path}: no such file (a model directory needs config.json)"
+            ) from None
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{path}: not valid JSON ({error})") from None
+        try:
+            return cls.from_dict(data)
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}") from None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LlamaConfig:
+        """Build from the parsed JSON of a HF Llama config.json."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"config must be a JSON object, got {type(data).__name__}")
+        _refuse_unsupported(data)
+        missing = [
+            name
+            for name in (
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "vocab_size",
+            )
+            if data.get(name) is None
+        ]
+        if missing:
+            raise ConfigError(f"missing required field(s) {', '.join(missing)}")
+        heads = data["num_attention_heads"]
+        head_dim = data.get("head_dim")
+        if head_dim is None:
+            hidden = data["hidden_size"]
+            _require(
+                "hidden_size",
+                hidden,
+                isinstance(hidden, int)
+                and isinstance(heads, int)
+                and heads > 0
+                and hidden % heads == 0,
+                f"must be a multiple of num_attention_heads ({heads}) when head_dim is absent",
+            )
+            head_dim = hidden // heads
+        rope_theta, rope_scaling = _parse_rope(data)
+        eos = data.get("eos_token_id")
+        return cls(
+            hidden_size=data["hidden_size"],
+            num_hidden_layers=data["num_hidden_layers"],
+            num_attention_heads=heads,
+            num_key_value_heads=data.get("num_key_value_heads") or heads,
+            head_dim=head_dim,
+            intermediate_size=data["intermediate_size"],
+            vocab_size=data["vocab_size"],
+            rms_norm_eps=data.get("rms_norm_eps", 1e-6),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+            max_position_embeddings=data.get("max_position_embeddings", 2048),
+            bos_token_id=data.get("bos_token_id"),
+            eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config.json this config reads back from (Llama 3.2 release spelling)."""
+        scaling = self.rope_scaling
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": None
+            if scaling is None
+            else {"rope_type": "llama3", **scaling.__dict__},
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": list(self.eos_token_ids)
+            if len(self.eos_token_ids) != 1
+            else self.eos_token_ids[0],
+            "torch_dtype": "bfloat16",
+        }
+
+
+def _require(field: str, value: Any, ok: bool, rule: str) -> None:
+    if not ok:
+        raise ConfigError(f"{field}={value!r}: {rule}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _refuse_unsupported(data: dict[str, Any]) -> None:
+    model_type = data.get("model_type", "llama")
+    _require("model_type", model_type, model_type == "llama", "must be 'llama'")
+    act = data.get("hidden_act", "silu")
+    _require("hidden_act", act, act == "silu", "must be 'silu' (the MLP is SwiGLU)")
+    for name in ("attention_bias", "mlp_bias"):
+        _require(
+            name, data.get(name, False), not data.get(name, False), "must be false (no biases)"
+        )
+    tp = data.get("pretraining_tp", 1)
+    _require("pretraining_tp", tp, tp == 1, "must be 1 (sliced projections are not supported)")
+
+
+def _parse_rope(data: dict[str, Any]) -> tuple[float, Llama3RopeScaling | None]:
+    """(rope_theta, scaling) from either spelling; refuses a disagreement between them."""
+    parameters = data.get("rope_parameters")
+    scaling = data.get("rope_scaling")
+    theta = data.get("rope_theta")
+    if parameters is not None:
+        field = "rope_parameters"
+        _require(field, parameters, isinstance(parameters, dict), "must be an object")
+        if "rope_theta" in parameters:
+            inner = parameters["rope_theta"]
+            _require(
+                "rope_parameters.rope_theta",
+                inner,
+                theta is None or inner == theta,
+                f"disagrees with rope_theta={theta!r}",
+            )
+            theta = inner
+        if isinstance(scaling, dict) and _rope_type(scaling) != "default":
+            _require(
+                "rope_scaling",
+                scaling,
+                _llama3_fields(scaling) == _llama3_fields(parameters),
+                "disagrees with rope_parameters",
+            )
+        scaling = parameters
+    else:
+        field = "rope_scaling"
+    theta = 10000.0 if theta is None else theta
+    if scaling is None:
+        return theta, None
+    _require(field, scaling, isinstance(scaling, dict), "must be an object")
+    rope_type = _rope_type(scaling)
+    if rope_type == "default":
+        return theta, None
+    _require(
+        f"{field}.rope_type",
+        rope_type,
+        rope_type == "llama3",
+        "must be 'llama3' or 'default' (other RoPE scalings are not implemented)",
+    )
+    fields = _llama3_fields(scaling)
+    for name, value in fields.items():
+        _require(
+            f"{field}.{name}",
+            value,
+            _is_number(value) and value > 0,
+            "must be a positive number (llama3 scaling needs it)",
+        )
+    _require(
+        f"{field}.high_freq_factor",
+        fields["high_freq_factor"],
+        fields["high_freq_factor"] > fields["low_freq_factor"],
+        f"must exceed low_freq_factor ({fields['low_freq_factor']}): the smoothing divides by the gap",
+    )
+    fields["original_max_position_embeddings"] = int(fields["original_max_position_embeddings"])
+    return theta, Llama3RopeScaling(**fields)
+
+
+def _rope_type(scaling: dict[str, Any]) -> str:
+    return scaling.get("rope_type", scaling.get("type", "default"))
+
+
+def _llama3_fields(scaling: dict[str, Any]) -> dict[str, Any]:
+    names = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    return {name: scaling.get(name) for name in names}

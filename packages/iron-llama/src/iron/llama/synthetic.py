@@ -1,0 +1,173 @@
+"""Synthetic Llama checkpoints: a real HF-layout model directory with random weights.
+
+`make_synthetic(dir)` writes config.json (llama3 RoPE scaling, grouped-query
+attention, tied embeddings), model.safetensors (bf16, random from the seed)
+and tokenizer.json (a byte-level BPE trained with `tokenizers` on the text
+bundled in this package). Same arguments, same bytes. The weights carry no
+knowledge: generated text is fluent only at the byte level.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+from iron.llama.checkpoint import LazyTensor, write_safetensors
+from iron.llama.config import Llama3RopeScaling, LlamaConfig
+from iron.llama.weights import LlamaWeights
+
+BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
+TOKENIZER_VOCAB = 512
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        vocab_size=TOKENIZER_VOCAB,
+    ),
+    # Llama 3.2 1B's dimensions
+    "1b-shaped": dict(
+        hidden_size=2048,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        intermediate_size=8192,
+        vocab_size=128256,
+    ),
+}
+_CHUNK_ELEMENTS = 1 << 24  # random numbers drawn (and held in float32) at once: 64 MiB
+
+
+def corpus() -> str:
+    """The text bundled with the package (tokenizer training data, demo prompts)."""
+    return resources.files("iron.llama").joinpath("data/corpus.txt").read_text(encoding="utf-8")
+
+
+def train_tokenizer(vocab_size: int = TOKENIZER_VOCAB) -> tokenizers.Tokenizer:
+    """A byte-level BPE of exactly `vocab_size` tokens (ids 0 and 1 are BOS and
+    EOS) trained on `corpus()`; its encode adds BOS, like Llama 3's."""
+    tokenizer = tokenizers.Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus().splitlines(keepends=True), trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", special_tokens=[(BOS, tokenizer.token_to_id(BOS))]
+    )
+    if tokenizer.get_vocab_size() != vocab_size:
+        raise RuntimeError(
+            f"train_tokenizer: the corpus yields {tokenizer.get_vocab_size()} tokens, "
+            f"not the {vocab_size} asked for"
+        )
+    return tokenizer
+
+
+def synthetic_config(preset: str = "tiny", layers: int | None = None) -> LlamaConfig:
+    """The LlamaConfig of a preset, with `layers` decoder layers when given."""
+    if preset not in PRESETS:
+        raise ValueError(f"make_synthetic: preset={preset!r} must be one of {sorted(PRESETS)}")
+    if layers is not None and (
+        isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
+    ):
+        raise ValueError(f"make_synthetic: layers={layers!r} must be a positive integer")
+    dims = dict(PRESETS[preset])
+    if layers is not None:
+        dims["num_hidden_layers"] = layers
+    return LlamaConfig(
+        **dims,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        rope_scaling=Llama3RopeScaling(32.0, 1.0, 4.0, 8192),
+        tie_word_embeddings=True,
+        max_position_embeddings=131072,
+        bos_token_id=0,
+        eos_token_ids=(1,),
+    )
+
+
+def synthetic_tensors(config: LlamaConfig, seed: int = 0) -> dict[str, LazyTensor]:
+    """Random bf16 tensors for every name `config` implies, each drawn from its
+    own generator (seeded by `seed` and the name), so a tensor does not depend
+    on which others are written. Scales: matrices N(0, 1/in) keep activations
+    near unit size; the embedding N(0, 4/hidden) gives tied-head logits a
+    spread of about 2; o and down are 4x larger so each layer's output
+    outweighs the token's own embedding in the residual (else the tied head
+    mostly predicts the input token back); norm weights N(1, 0.1) so a
+    dropped norm weight shows."""
+    tensors = {}
+    for name, shape in LlamaWeights.expected_shapes(config).items():
+        if len(shape) == 1:
+            mean, std = 1.0, 0.1
+        elif name == "model.embed_tokens.weight":
+            mean, std = 0.0, 2.0 / np.sqrt(shape[1])
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            mean, std = 0.0, 4.0 / np.sqrt(shape[1])
+        else:
+            mean, std = 0.0, 1.0 / np.sqrt(shape[1])
+        tensors[name] = LazyTensor(
+            np.dtype(ml_dtypes.bfloat16), shape, _normal(name, shape, mean, std, seed)
+        )
+    return tensors
+
+
+def _normal(
+    name: str, shape: tuple[int, ...], mean: float, std: float, seed: int
+) -> Callable[[], Iterator[np.ndarray]]:
+    def chunks() -> Iterator[np.ndarray]:
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+        total = int(np.prod(shape))
+        for start in range(0, total, _CHUNK_ELEMENTS):
+            draw = rng.standard_normal(min(_CHUNK_ELEMENTS, total - start), dtype=np.float32)
+            yield (draw * np.float32(std) + np.float32(mean)).astype(ml_dtypes.bfloat16)
+
+    return chunks
+
+
+def make_synthetic(
+    directory: str | Path,
+    preset: str = "tiny",
+    layers: int | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Write config.json, tokenizer.json and model.safetensors of a synthetic
+    `preset` model ("tiny" or "1b-shaped") into `directory` (created if needed)
+    and return it. `progress(name)` is called after each tensor is written."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"make_synthetic: seed={seed!r} must be a non-negative integer")
+    config = synthetic_config(preset, layers)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    # config.json is written last: a directory with a config holds a complete model
+    (directory / "config.json").unlink(missing_ok=True)
+    tokenizer = train_tokenizer()
+    _write_text(directory / "tokenizer.json", tokenizer.to_str(pretty=True))
+    write_safetensors(
+        directory / "model.safetensors", synthetic_tensors(config, seed), progress=progress
+    )
+    _write_text(directory / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+    return directory
+
+
+def _write_text(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)

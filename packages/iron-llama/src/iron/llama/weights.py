@@ -1,0 +1,147 @@
+"""Strict Llama weight loading: checkpoint tensor names -> `LlamaWeights`.
+
+Every tensor the config implies must be present with its exact shape, and
+nothing else may be: a missing or unexpected tensor, a gap in the layer
+numbers or a wrong shape raises, naming the tensor (and both shapes). A tied
+model has no `lm_head.weight` (the head is the embedding); an untied one
+must have it. Matrices stay [out, in] as shipped: the fields are the
+checkpoint's own zero-copy views, nothing is transposed or copied.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from iron.llama.checkpoint import DTYPES, Checkpoint, CheckpointError
+from iron.llama.config import LlamaConfig
+
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+_WEIGHT_DTYPES = {DTYPES[name] for name in ("F16", "BF16", "F32", "F64")}
+_SHOWN = 12  # problems listed in one error; the count says how many there were
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One decoder layer. Matrices are [out, in]; norms are (hidden,)."""
+
+    input_norm: np.ndarray
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    o: np.ndarray
+    post_attention_norm: np.ndarray
+    gate: np.ndarray
+    up: np.ndarray
+    down: np.ndarray
+
+
+_LAYER_TENSORS = {
+    "input_norm": "input_layernorm.weight",
+    "q": "self_attn.q_proj.weight",
+    "k": "self_attn.k_proj.weight",
+    "v": "self_attn.v_proj.weight",
+    "o": "self_attn.o_proj.weight",
+    "post_attention_norm": "post_attention_layernorm.weight",
+    "gate": "mlp.gate_proj.weight",
+    "up": "mlp.up_proj.weight",
+    "down": "mlp.down_proj.weight",
+}
+
+
+@dataclass(frozen=True)
+class LlamaWeights:
+    """All weights of a Llama model; `head is embedding` when the config ties them."""
+
+    embedding: np.ndarray
+    layers: tuple[LayerWeights, ...]
+    norm: np.ndarray
+    head: np.ndarray
+
+    @staticmethod
+    def expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
+        """Checkpoint name -> shape for every tensor `config` implies."""
+        hidden, ffn, d = config.hidden_size, config.intermediate_size, config.head_dim
+        q_out, kv_out = config.num_attention_heads * d, config.num_key_value_heads * d
+        per_layer = {
+            "input_norm": (hidden,),
+            "q": (q_out, hidden),
+            "k": (kv_out, hidden),
+            "v": (kv_out, hidden),
+            "o": (hidden, q_out),
+            "post_attention_norm": (hidden,),
+            "gate": (ffn, hidden),
+            "up": (ffn, hidden),
+            "down": (hidden, ffn),
+        }
+        shapes = {"model.embed_tokens.weight": (config.vocab_size, hidden)}
+        for i in range(config.num_hidden_layers):
+            for field, suffix in _LAYER_TENSORS.items():
+                shapes[f"model.layers.{i}.{suffix}"] = per_layer[field]
+        shapes["model.norm.weight"] = (hidden,)
+        if not config.tie_word_embeddings:
+            shapes["lm_head.weight"] = (config.vocab_size, hidden)
+        return shapes
+
+    @classmethod
+    def load(cls, checkpoint: Checkpoint, config: LlamaConfig) -> LlamaWeights:
+        """Views of every weight in `checkpoint`, checked against `config` first."""
+        expected = cls.expected_shapes(config)
+        problems = _layer_problems(checkpoint, config)
+        problems += [
+            f"missing tensor {name!r} (expected shape {shape})"
+            for name, shape in expected.items()
+            if name not in checkpoint
+        ]
+        problems += [
+            f"unexpected tensor {name!r} of shape {checkpoint.info(name).shape}"
+            + (" (the config ties the head to the embedding)" if name == "lm_head.weight" else "")
+            for name in checkpoint
+            if name not in expected
+        ]
+        for name, shape in expected.items():
+            if name not in checkpoint:
+                continue
+            info = checkpoint.info(name)
+            if info.shape != shape:
+                problems.append(f"tensor {name!r} has shape {info.shape}, the config needs {shape}")
+            elif info.dtype not in _WEIGHT_DTYPES:
+                problems.append(
+                    f"tensor {name!r} has dtype {info.dtype}, weights must be F16, BF16, F32 or F64"
+                )
+        if problems:
+            shown = problems[:_SHOWN] + (
+                [f"... {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else []
+            )
+            raise CheckpointError(
+                f"checkpoint does not match the config ({len(problems)} problem(s)): "
+                + "; ".join(shown)
+            )
+        embedding = checkpoint["model.embed_tokens.weight"]
+        layers = tuple(
+            LayerWeights(
+                **{
+                    field: checkpoint[f"model.layers.{i}.{suffix}"]
+                    for field, suffix in _LAYER_TENSORS.items()
+                }
+            )
+            for i in range(config.num_hidden_layers)
+        )
+        head = embedding if config.tie_word_embeddings else checkpoint["lm_head.weight"]
+        return cls(embedding, layers, checkpoint["model.norm.weight"], head)
+
+
+def _layer_problems(checkpoint: Checkpoint, config: LlamaConfig) -> list[str]:
+    present = sorted({int(m.group(1)) for name in checkpoint if (m := _LAYER.match(name))})
+    gaps = sorted(set(range(present[-1] + 1)) - set(present)) if present else []
+    problems = []
+    if gaps:
+        problems.append(
+            f"layer gap: no tensors for layer(s) {gaps} although layers up to {present[-1]} exist"
+        )
+    extra = [i for i in present if i >= config.num_hidden_layers]
+    if extra:
+        problems.append(f"layer(s) {extra} beyond num_hidden_layers={config.num_hidden_layers}")
+    return problems

@@ -1,0 +1,31 @@
+"""Clamp: y = min(max(x, lo), hi) over `size` bf16 elements."""
+
+import attrs
+import numpy as np
+
+from iron.core import Case, bf16, require
+from iron.ops.eltwise.common import VALUE_EXACT, Unary
+
+
+@attrs.frozen
+class Clamp(Unary):
+    """y = min(max(x, lo), hi). Bounds that are not bf16 values clamp to
+    their bf16 rounding, as a core holding them in bf16 would."""
+
+    lo: float = -1.0
+    hi: float = 1.0
+
+    cases = (
+        Case({"size": 1024, "lo": -2.0, "hi": 2.0}),
+        Case({"size": 2048, "lo": 0.0, "hi": 6.0, "num_aie_columns": 2}),
+    )
+
+    def validate(self):
+        super().validate()
+        require(self, "lo", self.lo <= self.hi, f"at most hi={self.hi!r}")
+
+    def reference(self, x):
+        return np.clip(x.astype(np.float32), np.float32(self.lo), np.float32(self.hi)).astype(bf16)
+
+    def tolerance(self, device=None):
+        return VALUE_EXACT

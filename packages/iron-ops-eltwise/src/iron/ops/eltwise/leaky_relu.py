@@ -1,0 +1,27 @@
+"""LeakyReLU: y = x if x >= 0 else alpha * x, over `size` bf16 elements."""
+
+import attrs
+import numpy as np
+
+from iron.core import Case, bf16
+from iron.ops.eltwise.common import ROUNDED, Unary
+
+
+@attrs.frozen
+class LeakyReLU(Unary):
+    """y = x where x >= 0, alpha * x elsewhere (alpha as a float32 scalar,
+    the product rounded to bf16 once)."""
+
+    alpha: float = 0.01
+
+    cases = (
+        Case({"size": 1024}),
+        Case({"size": 4096, "alpha": 0.2, "num_aie_columns": 2, "tile_size": 512}),
+    )
+
+    def reference(self, x):
+        x = x.astype(np.float32)
+        return np.where(x >= 0, x, np.float32(self.alpha) * x).astype(bf16)
+
+    def tolerance(self, device=None):
+        return ROUNDED

@@ -1,0 +1,72 @@
+"""The family as iron-core sees it: conformance, lazy listing, a light
+package import, dependencies, and the spec snapshot."""
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from iron.core import registry
+from iron.core.snapshot import check_file
+from iron.core.testing import (
+    check_conformance,
+    check_importable_alone,
+    conformance_params,
+    modules_imported_by,
+)
+
+HERE = Path(__file__).parent
+SOURCES = HERE.parent / "src" / "iron" / "ops" / "flm"
+OPERATORS = ["DequantBFP", "FLMGemm"]
+
+
+@pytest.mark.parametrize("item", conformance_params("flm"))
+def test_conformance(item):
+    check_conformance(item)
+
+
+def test_catalog_lists_the_family():
+    assert registry.operator_names("flm") == OPERATORS
+    entries = {e.name: e.target for e in registry.operators("flm")}
+    assert entries["FLMGemm"] == "iron.ops.flm.gemm:FLMGemm"
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_each_operator_imports_alone(name):
+    check_importable_alone(name)
+
+
+def test_listing_imports_no_operator_module():
+    loaded = modules_imported_by("from iron.core import registry; registry.operator_names('flm')")
+    assert "iron.ops.flm.plugin" in loaded
+    assert not {m for m in loaded if m.startswith("iron.ops.flm.") and m != "iron.ops.flm.plugin"}
+
+
+def test_package_import_is_light():
+    loaded = modules_imported_by("import iron.ops.flm")
+    assert {m for m in loaded if m.startswith("iron.ops.flm.")} == set()
+    assert "iron.core" not in loaded
+
+
+def test_no_namespace_init_files():
+    assert not (SOURCES.parents[1] / "__init__.py").exists()  # iron/
+    assert not (SOURCES.parent / "__init__.py").exists()  # iron/ops/
+
+
+def test_imports_nothing_but_iron_core_numpy_ml_dtypes_attrs():
+    allowed = {"iron", "numpy", "ml_dtypes", "attrs", "__future__"} | set(sys.stdlib_module_names)
+    imported = set()
+    for path in SOURCES.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module)
+    assert {name.split(".")[0] for name in imported} <= allowed
+    iron = {name for name in imported if name.split(".")[0] == "iron"}
+    assert all(name.startswith(("iron.core", "iron.ops.flm")) for name in iron), iron
+
+
+def test_spec_snapshot_is_current():
+    assert check_file(HERE / "spec_snapshot.json") == []

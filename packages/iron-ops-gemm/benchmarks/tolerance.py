@@ -1,0 +1,96 @@
+"""How much of GEMM's tolerance floor plausible device numerics use, and how
+much garbage the floor lets through, per reduction depth K.
+
+Each device model computes C = A @ B for standard-normal bf16 A (256, K) and
+B (K, 128) and is judged against the operator's reference: the floor it
+needs is max(|device - reference| - 0.04 |reference|) / mass, with mass =
+K mean|A| mean|B|. Models: aie2p multiplies bf16 emulated through bfp16
+(`bfp16_emulated`) into float32; aie2 multiplies bf16 into float32 in
+another order (64-deep slices); and, for contrast, a design that rounds its
+partial sums to bf16 between 64-deep slices (IRON's GEMM without
+prio_accuracy), which the reference's one rounding does not allow for.
+"garbage passed" is the share of elements an all-zero output would pass.
+
+    uv run --package iron-ops-gemm python packages/iron-ops-gemm/benchmarks/tolerance.py [--write]
+
+--write puts the table into the package README between its tolerance markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+
+from iron.core import Device, bf16, compare
+from iron.ops.gemm.gemm import GEMM, bfp16_emulated
+
+README = Path(__file__).parents[1] / "README.md"
+DEPTHS = (64, 256, 1024, 4096)
+SLICE = 64
+
+
+def sliced(a: np.ndarray, b: np.ndarray, round_between: bool) -> np.ndarray:
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for k in range(0, a.shape[1], SLICE):
+        acc = acc + a[:, k : k + SLICE] @ b[k : k + SLICE]
+        if round_between:
+            acc = acc.astype(bf16).astype(np.float32)
+    return acc.astype(bf16)
+
+
+MODELS = [
+    ("npu2", "bf16 via bfp16, float32 sums", lambda a, b: sliced(
+        bfp16_emulated(a, 1), bfp16_emulated(b, 0), round_between=False)),
+    ("npu1", "bf16, float32 sums in 64-deep slices", lambda a, b: sliced(
+        a.astype(np.float32), b.astype(np.float32), round_between=False)),
+    ("npu1", "bf16 partial sums between slices", lambda a, b: sliced(
+        a.astype(np.float32), b.astype(np.float32), round_between=True)),
+]  # fmt: skip
+
+
+def measure() -> list[list[str]]:
+    rng = np.random.default_rng(0)
+    rows = []
+    for K in DEPTHS:
+        a = rng.standard_normal((256, K)).astype(bf16)
+        b = rng.standard_normal((K, 128)).astype(bf16)
+        op = GEMM(256, K, 128)
+        (reference,) = op.call_reference(a, b)
+        expected = reference.astype(np.float64)
+        mass = K * np.mean(np.abs(a.astype(np.float64))) * np.mean(np.abs(b.astype(np.float64)))
+        for device, label, model in MODELS:
+            tolerance = op.tolerance(Device.from_name(device), a=a, b=b)
+            got = model(a, b).astype(np.float64)
+            needed = np.max(np.abs(got - expected) - 0.04 * np.abs(expected)) / mass
+            zeros = compare(np.zeros_like(reference), reference, tolerance)
+            garbage = 1 - zeros.n_mismatch / reference.size
+            rows.append([str(K), device, label, f"{max(needed, 0):.1e}",
+                         f"{tolerance.atol / mass:.0e}",
+                         "yes" if compare(got.astype(bf16), reference, tolerance) else "**no**",
+                         f"{garbage:.1%}"])  # fmt: skip
+    return rows
+
+
+def markdown(rows: list[list[str]]) -> str:
+    header = ["K", "device", "model", "floor needed / mass", "budget", "passes", "garbage passed"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write the table into the README")
+    table = markdown(measure())
+    print(table)
+    if parser.parse_args().write:
+        text = README.read_text()
+        marked = re.compile(r"(<!-- tolerance -->\n).*?(<!-- /tolerance -->)", re.S)
+        README.write_text(marked.sub(lambda m: m[1] + table + "\n" + m[2], text))
+        print(f"wrote {README}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""What several matrix operators share: how many columns they take within
+the shim DMA budget, the matvec kernel's vector width, head grouping, the
+core-memory budget, the product tolerance, and how a composite builds its
+parts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import attrs
+import numpy as np
+
+from iron.core import Device, Operator, OperatorError, Tolerance, per_call, require, tunable
+
+# ---- columns -------------------------------------------------------------------------
+
+
+def most_columns(device: Device, fits: Callable[[int], bool], streams: int = 1) -> int:
+    """The most columns the device's shim DMA budget allows at `streams`
+    input streams per column for which `fits(columns)` holds; 1 when none
+    does (validation then says why)."""
+    most = device.shim_columns(streams)
+    return next((c for c in range(most, 0, -1) if fits(c)), 1)
+
+
+def check_columns(op: Operator, streams: int) -> None:
+    """`num_aie_columns` is at least 1 and, once the device is known, within
+    its columns and its shim DMA budget at `streams` streams per column."""
+    columns, device = op.num_aie_columns, op.device
+    require(op, "num_aie_columns", columns is None or columns >= 1, "at least 1")
+    if device is None or columns is None:
+        return
+    require(
+        op,
+        "num_aie_columns",
+        columns <= device.columns,
+        f"at most the {device.columns} columns of {device.name}",
+    )
+    most = device.shim_columns(streams)
+    require(
+        op,
+        "num_aie_columns",
+        columns <= most,
+        f"at most {most} on {device.name} at {device.columns} columns: each column moves "
+        f"{streams} input streams out of {device.shim_dma_limit} shim DMA streams",
+    )
+
+
+# ---- kernels -------------------------------------------------------------------------
+
+#: the widths the matvec kernel is built at, widest first: it needs K % w == 0
+#: and K >= 2 w (its inner loop is pipelined over at least two vectors)
+VECTOR_WIDTHS = (64, 32, 16)
+
+
+def vector_width(k: int) -> int | None:
+    """The widest vector the matvec kernel can run over a reduction of `k`."""
+    return next((w for w in VECTOR_WIDTHS if k % w == 0 and k >= 2 * w), None)
+
+
+def check_vector_reduction(op: Operator, parameter: str, k: int) -> None:
+    require(
+        op,
+        parameter,
+        vector_width(k) is not None,
+        "a multiple of 16, at least 32 (the matvec kernel reduces it in vectors of w = 64, "
+        "32 or 16 lanes and needs a multiple of w, at least 2w)",
+    )
+
+
+def check_core_memory(op: Operator, parameter: str, buffers: Mapping[str, int]) -> None:
+    """Once the device is known: `buffers` (name -> bytes, stack included)
+    fit one core's data memory."""
+    if op.device is None:
+        return
+    total = sum(buffers.values())
+    detail = " + ".join(f"{name} {size}" for name, size in buffers.items())
+    require(
+        op,
+        parameter,
+        total <= op.device.core_bytes,
+        f"one core's buffers take {total} bytes ({detail}); a core of {op.device.name} "
+        f"holds {op.device.core_bytes}",
+    )
+
+
+# ---- attention -----------------------------------------------------------------------
+
+
+def check_heads(op: Operator, heads_parameter: str, kv_parameter: str, kv_heads: int) -> None:
+    """Query heads come in equal groups, one group per KV head."""
+    heads = getattr(op, heads_parameter)
+    require(op, heads_parameter, heads >= 1, "at least 1")
+    require(
+        op,
+        kv_parameter,
+        1 <= kv_heads <= heads and heads % kv_heads == 0,
+        f"must divide the {heads} query heads (query head h reads KV head h // (heads / kv_heads))",
+    )
+
+
+@attrs.frozen
+class CacheReader(Operator):
+    """A decode step's read of a KV cache laid out (max_seq_len, kv_heads,
+    head_dim): position-major, so writing one new position is one
+    contiguous row of kv_heads x head_dim. Only the first `valid` positions
+    are read; `valid` is per call (the context length of this step), so one
+    compiled step serves every position. Query head h belongs to KV head
+    h // (heads / kv_heads); each column serves whole KV groups."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    max_seq_len: int
+    num_aie_columns: int | None = tunable()
+    valid: int | None = per_call(None)
+
+    def validate(self):
+        check_heads(self, "heads", "kv_heads", self.kv_heads)
+        check_vector_reduction(self, "head_dim", self.head_dim)
+        require(
+            self,
+            "max_seq_len",
+            self.max_seq_len >= 2 and self.max_seq_len % 2 == 0,
+            "an even number of positions (a row of bf16 scores is whole 4-byte words)",
+        )
+        check_columns(self, streams=2)  # the cache and the queries (or weights)
+        columns = self.num_aie_columns
+        require(
+            self,
+            "kv_heads",
+            columns is None or self.kv_heads % columns == 0,
+            f"must split evenly over num_aie_columns={columns} (each column serves whole "
+            "KV groups, reading their cache rows once)",
+        )
+        self.positions(self.valid)
+
+    def tune(self, device: Device):
+        columns = most_columns(device, lambda c: self.kv_heads % c == 0, streams=2)
+        return {"num_aie_columns": columns}
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head."""
+        return self.heads // self.kv_heads
+
+    def positions(self, valid) -> int:
+        """The positions a call with per-call `valid` reads (None: all)."""
+        if valid is None:
+            return self.max_seq_len
+        if not 1 <= int(valid) <= self.max_seq_len:
+            raise OperatorError(
+                f"{type(self).__name__}: valid={valid!r}: 1 to max_seq_len={self.max_seq_len} "
+                "positions (or None for all)"
+            )
+        return int(valid)
+
+
+# ---- tolerance -----------------------------------------------------------------------
+
+#: error per unit of product mass a device may add, for bf16 multiplied
+#: into float32 accumulators across the whole reduction (aie2's GEMM, every
+#: matvec): FastFlowLM-style GEMMs measure below 1e-6 on aie2...
+PRECISE = 2e-4
+#: ...and for bf16 emulated through bfp16 on aie2p (blocks of 8 values along
+#: K sharing an exponent, 8-bit mantissas): a model of that quantisation
+#: reaches 7.9e-3 at K = 64 on standard-normal data (benchmarks/tolerance.py)
+EMULATED = 1e-2
+#: mean |x| of a standard normal: the scale `example_inputs` draws
+UNIT_MEAN_ABS = math.sqrt(2 / math.pi)
+
+
+def finite_abs(array) -> np.ndarray:
+    """|x| of the finite elements, flat: garbage (NaN, inf) must not set a bound."""
+    values = np.abs(np.asarray(array, dtype=np.float64)).ravel()
+    return values[np.isfinite(values)]
+
+
+def mean_abs(array, default: float = UNIT_MEAN_ABS) -> float:
+    """Mean |x| over the finite elements of `array`; `default` without one."""
+    if array is None:
+        return default
+    values = finite_abs(array)
+    return float(values.mean()) if values.size else 0.0
+
+
+def product_tolerance(
+    budget: float, k: int, mean_a: float = UNIT_MEAN_ABS, mean_b: float = UNIT_MEAN_ABS
+) -> Tolerance:
+    """Relative 0.04 (a bf16 result, accumulated in another order) with an
+    absolute floor of `budget` times the product's mass, k * mean|a| *
+    mean|b|: the size of a sum of k products. A result that cancels to near
+    zero is judged against what its sum moved through, and garbage of that
+    size still fails. The defaults are standard-normal inputs."""
+    return Tolerance.relative(0.04, atol=budget * k * mean_a * mean_b)
+
+
+# ---- composites ----------------------------------------------------------------------
+
+
+def resolved_parts(op: Operator, parts: Callable[[], dict[str, Operator]]) -> dict[str, Operator]:
+    """A composite's parts, built and (once the composite has a device)
+    resolved on its device; a refusal names the composite and the part."""
+    name = type(op).__name__
+    shown = ", ".join(f"{p}={getattr(op, p)!r}" for p in op.parameters())
+    try:
+        built = parts()
+    except OperatorError as error:
+        raise OperatorError(f"{name}({shown}): a part is refused: {error}") from error
+    if op.device is None:
+        return built
+    resolved = {}
+    for role, part in built.items():
+        try:
+            resolved[role] = part.resolve(op.device)
+        except OperatorError as error:
+            raise OperatorError(
+                f"{name}({shown}): its {role} part is refused on {op.device.name}: {error}"
+            ) from error
+    return resolved

@@ -1,0 +1,135 @@
+"""GEMV: y = A @ x, optionally over a batch of independent (A, x) pairs."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from iron.core import IN, OUT, ArgSpec, Case, Device, Operator, Tolerance, bf16, require, tunable
+from iron.ops.gemm.common import (
+    PRECISE,
+    check_columns,
+    check_core_memory,
+    check_vector_reduction,
+    mean_abs,
+    most_columns,
+    product_tolerance,
+    vector_width,
+)
+
+#: a matvec core's stack
+STACK_BYTES = 1024
+
+
+def core_buffers(K: int, tile_size_input: int, tile_size_output: int) -> dict[str, int]:
+    """Bytes one matvec core holds: rows of A and the output tile double
+    buffered, the whole of x once, and the stack."""
+    return {
+        "A": 2 * tile_size_input * K * 2,
+        "x": K * 2,
+        "y": 2 * tile_size_output * 2,
+        "stack": STACK_BYTES,
+    }
+
+
+@attrs.frozen
+class GEMV(Operator):
+    """y = A @ x: A (M, K), x (K,), y (M,); with num_batches > 1 each has a
+    leading batch dimension, and with num_batches == 1 none at all. A
+    weight as shipped, [out, in], is A as it is. float32 accumulation,
+    one rounding to bf16.
+
+    Each column takes M / num_aie_columns consecutive rows and produces them
+    in tiles of tile_size_output rows, tile_size_input rows of A per kernel
+    call, reducing K in vectors of `kernel_vector_size` lanes."""
+
+    M: int
+    K: int
+    num_batches: int = 1
+    tile_size_input: int | None = tunable()
+    tile_size_output: int | None = tunable()
+    num_aie_columns: int | None = tunable()
+
+    cases = (
+        Case({"M": 256, "K": 64, "num_aie_columns": 4}),
+        Case({"M": 256, "K": 64, "num_batches": 4, "num_aie_columns": 4}),
+        # a Llama down projection: two rows of A do not fit a core, so one row per call
+        Case({"M": 2048, "K": 8192, "num_aie_columns": 4}),
+        # a Llama gate projection as the decode graph tiles it: 8 columns, so npu2 only
+        Case({"M": 8192, "K": 2048, "tile_size_input": 4, "tile_size_output": 1024,
+              "num_aie_columns": 8}),
+    )  # fmt: skip
+
+    @staticmethod
+    def arg_spec(M, K, num_batches, dtype=bf16):
+        batch = (num_batches,) if num_batches > 1 else ()
+        return [
+            ArgSpec("A", (*batch, M, K), dtype, IN),
+            ArgSpec("x", (*batch, K), dtype, IN),
+            ArgSpec("y", (*batch, M), dtype, OUT),
+        ]
+
+    @property
+    def kernel_vector_size(self) -> int | None:
+        """The widest vector the kernel reduces K in (64, 32 or 16 lanes)."""
+        return vector_width(self.K)
+
+    def validate(self):
+        require(self, "M", self.M >= 1, "at least 1")
+        require(self, "num_batches", self.num_batches >= 1, "at least 1")
+        check_vector_reduction(self, "K", self.K)
+        tile_in, tile_out = self.tile_size_input, self.tile_size_output
+        require(self, "tile_size_input", tile_in is None or tile_in >= 1, "at least 1")
+        require(self, "tile_size_output", tile_out is None or tile_out >= 1, "at least 1")
+        if tile_in is not None and tile_out is not None:
+            require(
+                self,
+                "tile_size_output",
+                tile_out % tile_in == 0,
+                f"a multiple of tile_size_input={tile_in} (an output tile is filled by whole "
+                "kernel calls)",
+            )
+        check_columns(self, streams=2)  # A and x
+        columns = self.num_aie_columns
+        if columns is not None:
+            require(
+                self,
+                "M",
+                self.M % columns == 0,
+                f"must split evenly over num_aie_columns={columns} (each column takes "
+                "consecutive rows)",
+            )
+            rows = self.M // columns
+            require(
+                self,
+                "tile_size_output",
+                tile_out is None or rows % tile_out == 0,
+                f"must divide the {rows} rows of each column (M / num_aie_columns)",
+            )
+        if tile_in is not None and tile_out is not None:
+            check_core_memory(self, "tile_size_input", core_buffers(self.K, tile_in, tile_out))
+
+    def tune(self, device: Device):
+        tile_in, tile_out = self.tile_size_input, self.tile_size_output
+        if tile_in is None:
+            # two rows per call where they fit (and divide the output tile), else one
+            pair_fits = sum(core_buffers(self.K, 2, tile_out or 2).values()) <= device.core_bytes
+            tile_in = 2 if pair_fits and (tile_out or 2) % 2 == 0 else 1
+        tile_out = tile_out or tile_in
+        columns = most_columns(device, lambda c: self.M % (c * tile_out) == 0, streams=2)
+        return {
+            "tile_size_input": tile_in,
+            "tile_size_output": tile_out,
+            "num_aie_columns": columns,
+        }
+
+    def reference(self, A, x):
+        y = np.matmul(A.astype(np.float32), x.astype(np.float32)[..., None])[..., 0]
+        return y.astype(bf16)
+
+    def tolerance(self, device: Device | None = None, *, a=None, x=None) -> Tolerance:
+        """Relative 0.04 with an absolute floor of 2e-4 times the product's
+        mass, K * mean|A| * mean|x| (the matvec multiplies bf16 into float32
+        accumulators on every device); pass `a` and `x` for the floor of
+        that data, else standard-normal inputs are assumed."""
+        return product_tolerance(PRECISE, self.K, mean_abs(a), mean_abs(x))

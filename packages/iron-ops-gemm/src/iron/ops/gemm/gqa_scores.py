@@ -1,0 +1,59 @@
+"""GQAScores: one decode step's attention scores of every query head
+against the valid prefix of a KV cache's keys."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from iron.core import IN, OUT, ArgSpec, Case, Device, Tolerance, bf16
+from iron.ops.gemm.common import PRECISE, CacheReader, mean_abs, product_tolerance
+
+
+@attrs.frozen
+class GQAScores(CacheReader):
+    """scores[h, p] = q[h] . keys[p, h // group] / sqrt(head_dim) for the
+    positions p < valid, float32 inside, one rounding; positions at or past
+    `valid` are not read and their scores are 0 (the Softmax that follows,
+    given the same `valid`, masks them). q is (heads, head_dim), keys
+    (max_seq_len, kv_heads, head_dim), scores (heads, max_seq_len)."""
+
+    cases = (
+        Case({"heads": 8, "kv_heads": 2, "head_dim": 64, "max_seq_len": 256}),
+        # Llama 3.2 1B: 32 query heads in 8 groups; pinned, the default follows the width
+        Case({"heads": 32, "kv_heads": 8, "head_dim": 64, "max_seq_len": 2048,
+              "num_aie_columns": 4}),
+    )  # fmt: skip
+
+    @staticmethod
+    def arg_spec(heads, kv_heads, head_dim, max_seq_len, dtype=bf16):
+        return [
+            ArgSpec("q", (heads, head_dim), dtype, IN),
+            ArgSpec("keys", (max_seq_len, kv_heads, head_dim), dtype, IN),
+            ArgSpec("scores", (heads, max_seq_len), dtype, OUT),
+        ]
+
+    @property
+    def scale(self) -> np.float32:
+        return np.float32(1 / np.sqrt(self.head_dim))
+
+    def reference(self, q, keys, *, valid):
+        n = self.positions(valid)
+        q = q.astype(np.float32).reshape(self.kv_heads, self.group, self.head_dim)
+        # (kv_heads, n, head_dim), contiguous so the batched product stays in BLAS
+        k = np.ascontiguousarray(keys[:n].astype(np.float32).transpose(1, 0, 2))
+        scores = np.zeros((self.heads, self.max_seq_len), np.float32)
+        scores[:, :n] = (np.matmul(q, k.transpose(0, 2, 1)) * self.scale).reshape(self.heads, n)
+        return scores.astype(bf16)
+
+    def tolerance(
+        self, device: Device | None = None, *, q=None, keys=None, valid=None
+    ) -> Tolerance:
+        """Relative 0.04 with an absolute floor of 2e-4 times the scaled
+        product's mass, head_dim * mean|q| * mean|keys read| / sqrt(head_dim);
+        pass `q`, `keys` and `valid` for that data's floor, else
+        standard-normal inputs are assumed."""
+        read = None if keys is None else keys[: self.positions(valid)]
+        return product_tolerance(
+            PRECISE, self.head_dim, mean_abs(q), mean_abs(read) * float(self.scale)
+        )
