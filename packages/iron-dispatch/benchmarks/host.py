@@ -39,7 +39,10 @@ class Trivial(Operator):
 
     @staticmethod
     def arg_spec(inputs, output):
-        return [*(ArgSpec(f"in{i}", (n,), bf16, IN) for i, n in enumerate(inputs)), ArgSpec("out", (output,), bf16, OUT)]
+        return [
+            *(ArgSpec(f"in{i}", (n,), bf16, IN) for i, n in enumerate(inputs)),
+            ArgSpec("out", (output,), bf16, OUT),
+        ]
 
     def reference(self, *arrays):
         return np.zeros(self.output, bf16)
@@ -128,7 +131,12 @@ def measure(calls: int) -> list[tuple[str, str]]:
             return g(Trivial((64,), 64), x)
 
         cost = per_call(lambda one=one: one(x), calls)
-        rows.append((f"one-step call, {backend}", f"{cost * 1e6:.1f} us ({cost / memcpy:.0f}x a numpy copy of its {2 * x.nbytes} B)"))
+        rows.append(
+            (
+                f"one-step call, {backend}",
+                f"{cost * 1e6:.1f} us ({cost / memcpy:.0f}x a numpy copy of its {2 * x.nbytes} B)",
+            )
+        )
 
     @graph(backend="sim")
     def big(g, x):
@@ -137,7 +145,12 @@ def measure(calls: int) -> list[tuple[str, str]]:
     xb = np.ones(HIDDEN, bf16)
     cost = per_call(lambda: big(xb), max(3, calls // 200))
     steps = len(next(iter(big.versions.values())).sequence.steps)
-    rows.append((f"{steps}-step call, sim fused", f"{cost * 1e3:.2f} ms ({cost / steps * 1e6:.1f} us per step)"))
+    rows.append(
+        (
+            f"{steps}-step call, sim fused",
+            f"{cost * 1e3:.2f} ms ({cost / steps * 1e6:.1f} us per step)",
+        )
+    )
     rows.append(("numpy copy, 64 + 64 bf16", f"{memcpy * 1e6:.2f} us"))
     return rows
 
@@ -152,7 +165,9 @@ def table(rows) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20000, help="calls per overhead measurement")
-    parser.add_argument("--write-readme", action="store_true", help="write the table into the package README")
+    parser.add_argument(
+        "--write-readme", action="store_true", help="write the table into the package README"
+    )
     args = parser.parse_args(argv)
     text = table(measure(args.calls))
     print(text)
@@ -160,7 +175,12 @@ def main(argv=None) -> int:
         python = ".".join(map(str, sys.version_info[:3]))
         note = f"Measured on a shared 2-core machine, Python {python}, best of repeats:\n\n"
         body = README.read_text()
-        body = re.sub(r"(<!-- bench:host -->\n).*?(<!-- /bench -->)", lambda m: m.group(1) + note + text + "\n" + m.group(2), body, flags=re.S)
+        body = re.sub(
+            r"(<!-- bench:host -->\n).*?(<!-- /bench -->)",
+            lambda m: m.group(1) + note + text + "\n" + m.group(2),
+            body,
+            flags=re.S,
+        )
         README.write_text(body)
     return 0
 

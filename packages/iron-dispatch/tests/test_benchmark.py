@@ -6,7 +6,9 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "host.py"
 
 
 def test_host_benchmark_runs_and_reports_every_figure(tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPT), "--calls", "200"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--calls", "200"], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     rows = [line.split("|")[1].strip() for line in result.stdout.splitlines()[2:]]
     assert rows[:3] == ["graph", "record + plan", "scratch planning"]

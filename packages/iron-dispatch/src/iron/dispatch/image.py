@@ -181,7 +181,10 @@ def key_text(sequence: OperatorSequence, image_parts: dict) -> str:
     lines = [f"project {project_digest()}"]
     lines += [f"code {c.__module__}.{c.__qualname__} {code_identity(c)}" for c in classes]
     texts: dict = {}  # equal operators recur across layers: one identity text each
-    lines += [f"step {texts.get(s.op) or texts.setdefault(s.op, s.op.identity_text())} {s.args}" for s in sequence.steps]
+    lines += [
+        f"step {texts.get(s.op) or texts.setdefault(s.op, s.op.identity_text())} {s.args}"
+        for s in sequence.steps
+    ]
     layout = sequence.layout
     lines += [f"layout {arena} {sorted(table.items())}" for arena, table in layout.arenas.items()]
     lines += [f"{k} {v}" for k, v in sorted(image_parts.items())]
