@@ -140,7 +140,10 @@ class Operator:
     - `validate()`: raise `OperatorError` (via `require`) for broken rules;
       it runs at construction and again once `device` is known;
     - `tune(device)`: values for tunables left unset;
-    - `cases`: declared constructions for conformance and spec snapshots.
+    - `cases`: declared constructions for conformance and spec snapshots;
+    - optionally `simulate(*reads, **per_call)`: a model of the device
+      kernel's numerics or schedule (block-float rounding, a tiled order),
+      which a simulated device runs instead of `reference`.
     """
 
     #: the device this operator was resolved for (None until `resolve`)

@@ -1,0 +1,189 @@
+"""Host-side costs of iron-dispatch, measured in one run.
+
+- record + plan: a synthetic 16-layer transformer-shaped graph (~300 steps)
+  recorded and laid out in a shared arena;
+- compile: cold (empty cache) and warm (a cache hit: hash + read);
+- per-call host overhead with trivial kernels (steps that compute nothing),
+  against a bare numpy copy of the same input and output bytes.
+
+    uv run --package iron-dispatch python packages/iron-dispatch/benchmarks/host.py [--write-readme]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from iron.core import ArgSpec, Operator, Tolerance, bf16, capture
+from iron.core.spec import IN, OUT
+from iron.dispatch import CompileCache, OperatorSequence, get_backend, graph
+
+HIDDEN, FFN, HEADS_DIM, LAYERS = 2048, 8192, 512, 16
+README = Path(__file__).parents[1] / "README.md"
+
+
+@attrs.frozen
+class Trivial(Operator):
+    """Reads `inputs` flat buffers, writes one of `output` elements: no compute."""
+
+    inputs: tuple[int, ...]
+    output: int
+
+    @staticmethod
+    def arg_spec(inputs, output):
+        return [
+            *(ArgSpec(f"in{i}", (n,), bf16, IN) for i, n in enumerate(inputs)),
+            ArgSpec("out", (output,), bf16, OUT),
+        ]
+
+    def reference(self, *arrays):
+        return np.zeros(self.output, bf16)
+
+    def tolerance(self, device=None):
+        return Tolerance.exact()
+
+
+def layer(g, x, i):
+    """The steps of one Llama-like decoder layer, by buffer shape."""
+    w = lambda name, n: g.weight(f"l{i}.{name}", np.zeros(n, bf16))  # noqa: E731
+    h = g(Trivial((HIDDEN, HIDDEN), HIDDEN), x, w("norm1", HIDDEN))
+    q = g(Trivial((HIDDEN, 64), HIDDEN), h, w("q", 64))
+    k = g(Trivial((HIDDEN, 64), HEADS_DIM), h, w("k", 64))
+    v = g(Trivial((HIDDEN, 64), HEADS_DIM), h, w("v", 64))
+    q = g(Trivial((HIDDEN,), HIDDEN), q)
+    k = g(Trivial((HEADS_DIM,), HEADS_DIM), k)
+    cache = g.state(f"l{i}.keys", (HEADS_DIM * 4,))
+    g(Trivial((HEADS_DIM,), HEADS_DIM), k, cache[0:HEADS_DIM])
+    scores = g(Trivial((HIDDEN, HEADS_DIM * 4), 1024), q, cache)
+    weights = g(Trivial((1024,), 1024), scores)
+    context = g(Trivial((1024, HEADS_DIM), HIDDEN), weights, v)
+    o = g(Trivial((HIDDEN, 64), HIDDEN), context, w("o", 64))
+    x = g(Trivial((HIDDEN, HIDDEN), HIDDEN), x, o)
+    h = g(Trivial((HIDDEN, HIDDEN), HIDDEN), x, w("norm2", HIDDEN))
+    gate = g(Trivial((HIDDEN, 64), FFN), h, w("gate", 64))
+    up = g(Trivial((HIDDEN, 64), FFN), h, w("up", 64))
+    gate = g(Trivial((FFN,), FFN), gate)
+    prod = g(Trivial((FFN, FFN), FFN), gate, up)
+    down = g(Trivial((FFN, 64), HIDDEN), prod, w("down", 64))
+    return g(Trivial((HIDDEN, HIDDEN), HIDDEN), x, down)
+
+
+def transformer(g, x):
+    for i in range(LAYERS):
+        x = layer(g, x, i)
+    return g(Trivial((HIDDEN,), HIDDEN), x)
+
+
+def best_of(fn, repeat=5):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def per_call(fn, calls):
+    fn()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def measure(calls: int) -> list[tuple[str, str]]:
+    rows = []
+
+    def record_and_plan():
+        with capture("transformer") as g:
+            transformer(g, g.input("x", HIDDEN))
+        return OperatorSequence.from_graph(g)
+
+    seq = record_and_plan()
+    rows.append(("graph", f"{len(seq.steps)} steps, {len(seq.sizes)} buffers"))
+    rows.append(("record + plan", f"{best_of(record_and_plan) * 1e3:.1f} ms"))
+    rows.append(("scratch planning", seq.memory_report().split(": ", 1)[1]))
+
+    sim = get_backend("sim")
+    with tempfile.TemporaryDirectory() as root:
+        os.environ["IRON_CACHE_HOME"] = root
+        cache = CompileCache(root)
+        cold = best_of(lambda: (cache.clear(), sim.compile(seq)), 3)
+        warm = best_of(lambda: sim.compile(seq), 5)
+    rows.append(("compile, cold (sim)", f"{cold * 1e3:.1f} ms"))
+    rows.append(("compile, warm (cache hit)", f"{warm * 1e3:.1f} ms ({cold / warm:.1f}x faster)"))
+
+    x = np.ones(64, bf16)
+    out = np.empty_like(x)
+    memcpy = per_call(lambda: (np.copyto(out, x), out.copy()), calls)
+    for backend in ("reference", "sim"):
+
+        @graph(backend=backend)
+        def one(g, x):
+            return g(Trivial((64,), 64), x)
+
+        cost = per_call(lambda one=one: one(x), calls)
+        rows.append(
+            (
+                f"one-step call, {backend}",
+                f"{cost * 1e6:.1f} us ({cost / memcpy:.0f}x a numpy copy of its {2 * x.nbytes} B)",
+            )
+        )
+
+    @graph(backend="sim")
+    def big(g, x):
+        return transformer(g, x)
+
+    xb = np.ones(HIDDEN, bf16)
+    cost = per_call(lambda: big(xb), max(3, calls // 200))
+    steps = len(next(iter(big.versions.values())).sequence.steps)
+    rows.append(
+        (
+            f"{steps}-step call, sim fused",
+            f"{cost * 1e3:.2f} ms ({cost / steps * 1e6:.1f} us per step)",
+        )
+    )
+    rows.append(("numpy copy, 64 + 64 bf16", f"{memcpy * 1e6:.2f} us"))
+    return rows
+
+
+def table(rows) -> str:
+    width = max(len(k) for k, _ in rows)
+    lines = [f"| {'measure':{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
+    lines += [f"| {k:{width}} | {v} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20000, help="calls per overhead measurement")
+    parser.add_argument(
+        "--write-readme", action="store_true", help="write the table into the package README"
+    )
+    args = parser.parse_args(argv)
+    text = table(measure(args.calls))
+    print(text)
+    if args.write_readme:
+        python = ".".join(map(str, sys.version_info[:3]))
+        note = f"Measured on a shared 2-core machine, Python {python}, best of repeats:\n\n"
+        body = README.read_text()
+        body = re.sub(
+            r"(<!-- bench:host -->\n).*?(<!-- /bench -->)",
+            lambda m: m.group(1) + note + text + "\n" + m.group(2),
+            body,
+            flags=re.S,
+        )
+        README.write_text(body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

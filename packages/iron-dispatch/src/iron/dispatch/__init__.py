@@ -1,0 +1,32 @@
+"""iron-dispatch: operator sequences and their layout, graph functions with
+per-shape versions sharing one arena, the reference / sim / npu backends and
+the compile cache."""
+
+from iron.dispatch.backends import Backend, BackendUnavailable, StepReport
+from iron.dispatch.cache import CompileCache, cache_home
+from iron.dispatch.graph import GraphFunction, Version, graph
+from iron.dispatch.image import CompileError, Image
+from iron.dispatch.memory import DeviceBuffer, GranuleError
+from iron.dispatch.runner import run
+from iron.dispatch.selection import get_backend
+from iron.dispatch.sequence import Layout, LayoutError, OperatorSequence
+
+__all__ = [
+    "Backend",
+    "BackendUnavailable",
+    "CompileCache",
+    "CompileError",
+    "DeviceBuffer",
+    "GranuleError",
+    "GraphFunction",
+    "Image",
+    "Layout",
+    "LayoutError",
+    "OperatorSequence",
+    "StepReport",
+    "Version",
+    "cache_home",
+    "get_backend",
+    "graph",
+    "run",
+]

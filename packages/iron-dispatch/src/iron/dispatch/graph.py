@@ -1,0 +1,336 @@
+"""Graph functions: one recording per input signature, every version in one
+arena.
+
+    @iron.dispatch.graph(backend="sim")
+    def block(g, x, *, pos):
+        h = g(RMSNorm(size=x.size, tile_size=64, weighted=True), x, g.weight("norm", w))
+        ...
+        return y
+
+    block.compile(x=((1, 64), bf16))   # ahead of time, or just call it
+    block.load(release=checkpoint.release)
+    y = block(x, pos=3)
+
+Positional parameters after the builder are inputs; keyword-only parameters
+are per-call integers that reach operators' per-call members through the
+bindings recorded with ``g(op, ..., member=expression)``. Weights (arrays
+given to ``g.weight``) and states (``g.state``) are residents of the shared
+`iron.alloc.ArenaPlan`: one offset in every version, uploaded once per
+storage; everything else is a transient that may reuse other versions'
+bytes. A version compiled later may grow the arena; earlier ones rebind
+and keep their state.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+
+import numpy as np
+
+from iron.alloc import ArenaPlan
+from iron.core import Device, as_dtype, dtype_name
+from iron.core.capture import Graph, Value, storage_key
+from iron.dispatch import image as images
+from iron.dispatch.backends import Backend
+from iron.dispatch.memory import Arena, view
+from iron.dispatch.selection import get_backend
+from iron.dispatch.sequence import OperatorSequence
+
+log = logging.getLogger("iron.dispatch")
+
+PIECE_BYTES = 64 * 2**20
+
+
+def graph(fn=None, *, name=None, backend=None, mode="fused", device=None, poison=None, flags=()):
+    """Make a `GraphFunction` of ``fn(g, *inputs, **per_call_values)``.
+
+    `backend`: a registered backend name or "auto" (default: ``$IRON_BACKEND``,
+    else "auto"); `mode`: "fused", "separate" or "compare"; `device`: a
+    `Device` or name (default ``$IRON_DEVICE``, else npu2); `poison`: fill
+    transients with NaN before every run (default ``$IRON_POISON == "1"``);
+    `flags`: strings that are part of the compiled image's identity (e.g.
+    "trace")."""
+
+    def wrap(fn):
+        return GraphFunction(
+            fn, name=name, backend=backend, mode=mode, device=device, poison=poison, flags=flags
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class Version:
+    """One compiled input signature of a graph function."""
+
+    def __init__(self, signature, graph: Graph, sequence: OperatorSequence, image, executable):
+        self.signature, self.graph, self.sequence, self.image, self.executable = (
+            signature,
+            graph,
+            sequence,
+            image,
+            executable,
+        )
+        host_in, host_out = executable.buffers["input"].host, executable.buffers["output"].host
+        shapes = {n: (b.shape, b.dtype) for n, b in graph.buffers.items()}
+        self._inputs = [
+            view(host_in, o, n, shapes[name][1], shapes[name][0]) for name, o, n in image.inputs
+        ]
+        self._outputs = [
+            view(host_out, o, n, shapes[name][1], shapes[name][0]) for name, o, n in image.outputs
+        ]
+
+    @property
+    def reports(self):
+        """Compare mode: the last call's per-step judgements."""
+        return self.executable.reports
+
+    def __call__(self, arrays, values):
+        for target, array in zip(self._inputs, arrays):
+            target[...] = array
+        self.executable(values)
+        outputs = tuple(o.copy() for o in self._outputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+class GraphFunction:
+    def __init__(
+        self, fn, *, name=None, backend=None, mode="fused", device=None, poison=None, flags=()
+    ):
+        self.fn, self.name = fn, name or fn.__name__
+        self.input_names, self.value_names = _parameters(fn, self.name)
+        if isinstance(device, str) or device is None:
+            device = Device.from_name(device or os.environ.get("IRON_DEVICE", "npu2"))
+        self.device, self.mode, self.flags = device, mode, tuple(flags)
+        self.poison = os.environ.get("IRON_POISON") == "1" if poison is None else poison
+        self.arena = ArenaPlan(alignment=max(64, device.coherence_granule))
+        self.versions: dict[tuple, Version] = {}
+        self._backend_name = backend
+        self._backend: Backend | None = None
+        self._memory: Arena | None = None
+        self._weights: dict[str, tuple] = {}  # name -> (storage key, array, offset, nbytes)
+        self._states: dict[str, tuple] = {}  # name -> (offset, nbytes, dtype, shape)
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = get_backend(self._backend_name)
+        return self._backend
+
+    # ---- compiling ----
+
+    def compile(self, *specs, **named) -> Version:
+        """Compile the version for input specs given as ``(shape, dtype)`` or
+        anything with ``.shape`` and ``.dtype``, by position or by name."""
+        if len(specs) + len(named) != len(self.input_names):
+            raise TypeError(
+                f"{self.name} takes {len(self.input_names)} input(s) ({', '.join(self.input_names)})"
+            )
+        given = dict(zip(self.input_names, specs))
+        for key, spec in named.items():
+            if key not in self.input_names or key in given:
+                raise TypeError(f"{self.name}: unexpected or repeated input {key!r}")
+            given[key] = spec
+        return self._version(tuple((n, *_shape_dtype(given[n])) for n in self.input_names))
+
+    def _version(self, signature) -> Version:
+        if signature in self.versions:
+            return self.versions[signature]
+        log.info(
+            "%s: compiling for %s",
+            self.name,
+            ", ".join(f"{n} {s} {dtype_name(d)}" for n, s, d in signature),
+        )
+        g, outputs = self._record(signature)
+        residents = self._residents(g)
+        sequence = OperatorSequence.from_graph(
+            g,
+            inputs=list(self.input_names),
+            outputs=outputs,
+            device=self.device,
+            arena=self.arena,
+            residents=residents,
+        )
+        backend = self.backend
+        image = backend.compile(sequence, self.mode, self.flags)
+        memory = self._arena_memory(backend)
+        buffers = images.allocate(
+            image,
+            granule=self.device.coherence_granule,
+            unified=backend.unified,
+            scratch=memory.buffer,
+        )
+        executable = backend.load(image, buffers, device=self.device, poison=self.poison)
+        self._remember_residents(g, sequence)
+        version = self.versions[signature] = Version(signature, g, sequence, image, executable)
+        return version
+
+    def _record(self, signature):
+        g = Graph(self.name)
+        inputs = [g.input(n, shape, dtype) for n, shape, dtype in signature]
+        values = {n: g.scalar(n) for n in self.value_names}
+        result = self.fn(g, *inputs, **values)
+        returned = result if isinstance(result, (tuple, list)) else (result,)
+        names = []
+        for value in returned:
+            if not isinstance(value, Value) or value.graph is not g:
+                raise TypeError(
+                    f"{self.name} must return values recorded with its builder, got {value!r}"
+                )
+            if value.role != "intermediate":
+                raise TypeError(
+                    f"{self.name} returns {value.name}, a {value.role}; return values computed by steps"
+                )
+            if value.name in names:
+                raise TypeError(f"{self.name} returns {value.name} twice")
+            names.append(value.name)
+        return g, names
+
+    def _residents(self, g: Graph) -> dict[str, tuple]:
+        residents = {}
+        for name, array in g.weights.items():
+            key = ("weight", *storage_key(array))
+            known = self._weights.get(name)
+            if known is not None and known[0] != key:
+                raise ValueError(
+                    f"{self.name}: weight {name!r} names another array than in an earlier version"
+                )
+            residents[name] = key
+        for name, buffer in g.buffers.items():
+            if buffer.role == "state":
+                residents[name] = ("state", name)
+        return residents
+
+    def _remember_residents(self, g: Graph, sequence: OperatorSequence) -> None:
+        for name, array in g.weights.items():
+            if name not in self._weights:
+                offset, nbytes = sequence.layout.scratch[name]
+                self._weights[name] = (("weight", *storage_key(array)), array, offset, nbytes)
+        for name, buffer in g.buffers.items():
+            if buffer.role == "state" and name not in self._states:
+                offset, nbytes = sequence.layout.scratch[name]
+                self._states[name] = (offset, nbytes, buffer.dtype, buffer.shape)
+
+    def _arena_memory(self, backend: Backend) -> Arena:
+        if self._memory is None:
+            self._memory = Arena(
+                self.arena,
+                granule=self.device.coherence_granule,
+                unified=backend.unified,
+                name=f"{self.name}.arena",
+            )
+        return self._memory
+
+    # ---- weights and states ----
+
+    def load(self, release=None, piece_bytes: int = PIECE_BYTES) -> int:
+        """Upload every weight not uploaded yet, in pieces of at most
+        `piece_bytes`, straight into the arena (no whole-array temporary),
+        calling ``release(piece)`` after each piece. Returns bytes uploaded."""
+        if self._memory is None:
+            raise RuntimeError(
+                f"{self.name}: nothing compiled yet; call compile() or the function first"
+            )
+        buffer = self._memory.ensure()
+        uploaded = 0
+        for name, (key, array, offset, nbytes) in self._weights.items():
+            if key in self._memory.loaded:
+                continue
+            rows = array if array.ndim else array.reshape(1)
+            target = view(buffer.host, offset, nbytes, array.dtype, rows.shape)
+            step = max(1, piece_bytes // max(1, rows[:1].nbytes))
+            for start in range(0, len(rows), step):
+                piece = rows[start : start + step]
+                np.copyto(target[start : start + step], piece, casting="no")
+                if release is not None:
+                    release(piece)
+            self._memory.flush(name)
+            self._memory.loaded.add(key)
+            uploaded += nbytes
+        return uploaded
+
+    def _check_state(self, name: str) -> tuple:
+        if name not in self._states:
+            raise KeyError(
+                f"{self.name} has no state {name!r} (states: {', '.join(self._states) or 'none'})"
+            )
+        return self._states[name]
+
+    def read_state(self, name: str) -> np.ndarray:
+        offset, nbytes, dtype, shape = self._check_state(name)
+        buffer = self._memory.ensure()
+        buffer.sync_from_device(name)
+        return view(buffer.host, offset, nbytes, dtype, shape).copy()
+
+    def write_state(self, name: str, array) -> None:
+        offset, nbytes, dtype, shape = self._check_state(name)
+        buffer = self._memory.ensure()
+        view(buffer.host, offset, nbytes, dtype, shape)[...] = array
+        self._memory.flush(name)
+
+    def reset_states(self) -> None:
+        """Zero every state (a new conversation)."""
+        for name, (_, _, dtype, shape) in self._states.items():
+            self.write_state(name, np.zeros(shape, dtype))
+
+    # ---- calling ----
+
+    def __call__(self, *arrays, **values):
+        if len(arrays) != len(self.input_names):
+            raise TypeError(
+                f"{self.name} takes {len(self.input_names)} input(s) ({', '.join(self.input_names)}), got {len(arrays)}"
+            )
+        if set(values) != set(self.value_names):
+            missing, extra = (
+                set(self.value_names) - set(values),
+                set(values) - set(self.value_names),
+            )
+            raise TypeError(
+                f"{self.name}: per-call values missing {sorted(missing)} / unexpected {sorted(extra)}"
+            )
+        arrays = [np.asarray(a) for a in arrays]
+        signature = tuple((n, a.shape, a.dtype) for n, a in zip(self.input_names, arrays))
+        version = self.versions.get(signature) or self._version(signature)
+        if self.arena.size > self._memory.buffer.nbytes:
+            self._memory.ensure()
+        if len(self._memory.loaded) < len(self._weights):
+            log.warning(
+                "%s: uploading weights inside a call; call load() first to keep it out of the latency",
+                self.name,
+            )
+            self.load()
+        return version(arrays, values)
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.name}: {len(self.versions)} version(s), arena {self.arena.size} B, backend {self.backend.name}"
+        ]
+        for signature, version in self.versions.items():
+            lines.append(
+                f"  {signature}: {len(version.sequence.steps)} steps; {version.sequence.memory_report()}"
+            )
+        return "\n".join(lines)
+
+
+def _parameters(fn, name: str) -> tuple[list[str], list[str]]:
+    parameters = list(inspect.signature(fn).parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if not parameters or parameters[0].kind not in positional:
+        raise TypeError(f"graph function {name} must take the builder `g` as its first parameter")
+    inputs, values = [], []
+    for p in parameters[1:]:
+        if p.kind in positional:
+            inputs.append(p.name)
+        elif p.kind is inspect.Parameter.KEYWORD_ONLY:
+            values.append(p.name)
+        else:
+            raise TypeError(f"graph function {name}: *args and **kwargs are not supported ({p})")
+    return inputs, values
+
+
+def _shape_dtype(spec) -> tuple[tuple[int, ...], np.dtype]:
+    if hasattr(spec, "shape") and hasattr(spec, "dtype"):
+        return tuple(spec.shape), as_dtype(spec.dtype)
+    shape, dtype = spec
+    return ((shape,) if isinstance(shape, int) else tuple(shape)), as_dtype(dtype)

@@ -1,0 +1,120 @@
+"""Buffers with the NPU's memory semantics.
+
+A `DeviceBuffer` is what XRT calls a buffer object: bytes on the device and
+a host mirror. Host writes reach the device only through `to_device`, device
+writes reach the host only through `from_device`, and a named range is synced
+a coherence granule at a time, so a buffer that shares a granule with a
+neighbour cannot be synced on its own (as on the real device). The reference
+backend uses unified buffers: one set of bytes, syncs are free.
+
+An `Arena` is the runtime side of an `iron.alloc.ArenaPlan`: one buffer that
+grows when the plan grows (contents kept, `generation` bumped so views are
+rebuilt) and remembers which residents were uploaded.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+log = logging.getLogger("iron.dispatch")
+
+# 0x7FC0 repeated: NaN as bf16, float16 and float32 alike, a loud value for integers
+POISON = np.frombuffer(bytes([0xC0, 0x7F]), np.uint8)
+
+
+class GranuleError(ValueError):
+    """A sync would touch another buffer's bytes."""
+
+
+class DeviceBuffer:
+    def __init__(
+        self, nbytes: int, *, granule: int = 64, unified: bool = False, name: str = "buffer"
+    ) -> None:
+        self.name, self.granule, self.unified = name, granule, unified
+        self.host = np.zeros(nbytes, np.uint8)
+        self.device = self.host if unified else np.zeros(nbytes, np.uint8)
+        self.regions: dict[str, tuple[int, int]] = {}
+        self.generation = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.host.size
+
+    def grow(self, nbytes: int) -> None:
+        """Reallocate at `nbytes`, keeping both sides' contents."""
+        if nbytes <= self.nbytes:
+            return
+        host = np.zeros(nbytes, np.uint8)
+        host[: self.nbytes] = self.host
+        if not self.unified:
+            device = np.zeros(nbytes, np.uint8)
+            device[: self.nbytes] = self.device
+        log.info("%s grew from %d to %d bytes", self.name, self.nbytes, nbytes)
+        self.host = host
+        self.device = host if self.unified else device
+        self.generation += 1
+
+    # ---- named ranges ----
+
+    def register(self, name: str, offset: int, nbytes: int) -> None:
+        self.regions[name] = (offset, nbytes)
+
+    def granules(self, name: str) -> tuple[int, int]:
+        """The granule-aligned byte range a sync of `name` touches; refused
+        if it holds bytes of another registered buffer."""
+        offset, nbytes = self.regions[name]
+        lo = offset // self.granule * self.granule
+        hi = min(-(-(offset + nbytes) // self.granule) * self.granule, self.nbytes)
+        for other, (o, n) in self.regions.items():
+            if other != name and n and o < hi and lo < o + n:
+                raise GranuleError(
+                    f"{self.name}: {name!r} [{offset}, {offset + nbytes}) shares a {self.granule}-byte "
+                    f"coherence granule with {other!r} [{o}, {o + n}); it cannot be synced on its own "
+                    f"(align buffers to the granule)"
+                )
+        return lo, hi
+
+    def sync_to_device(self, name: str | None = None) -> None:
+        if not self.unified:
+            lo, hi = self.granules(name) if name else (0, self.nbytes)
+            self.device[lo:hi] = self.host[lo:hi]
+
+    def sync_from_device(self, name: str | None = None) -> None:
+        if not self.unified:
+            lo, hi = self.granules(name) if name else (0, self.nbytes)
+            self.host[lo:hi] = self.device[lo:hi]
+
+    def poison(self, ranges) -> None:
+        """Fill byte ranges of device memory with NaN bytes."""
+        for offset, nbytes in ranges:
+            self.device[offset : offset + nbytes] = np.resize(POISON, nbytes)
+
+
+def view(memory: np.ndarray, offset: int, nbytes: int, dtype, shape) -> np.ndarray:
+    """A typed view of `nbytes` at `offset` of a byte array."""
+    return memory[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+class Arena:
+    """The buffer behind an `ArenaPlan`, shared by every version of a graph."""
+
+    def __init__(self, plan, *, granule: int, unified: bool, name: str = "arena") -> None:
+        self.plan = plan
+        self.buffer = DeviceBuffer(0, granule=granule, unified=unified, name=name)
+        self.loaded: set = set()
+
+    @property
+    def generation(self) -> int:
+        return self.buffer.generation
+
+    def flush(self, name: str) -> None:
+        """Push a resident's host bytes to the device: the only way a host
+        write (an upload, a state reset) reaches a run."""
+        self.buffer.sync_to_device(name)
+
+    def ensure(self) -> DeviceBuffer:
+        """The buffer, grown to the plan's current size."""
+        self.buffer.grow(self.plan.size)
+        return self.buffer

@@ -1,0 +1,57 @@
+"""Run one `OperatorSequence` once: the quickest way to execute a runlist."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from iron.dispatch import image as images
+from iron.dispatch.memory import view
+from iron.dispatch.selection import get_backend
+from iron.dispatch.sequence import OperatorSequence
+
+
+def run(
+    sequence: OperatorSequence,
+    inputs: dict[str, np.ndarray],
+    *,
+    buffers: dict[str, np.ndarray] | None = None,
+    values: dict[str, int] | None = None,
+    backend: str = "reference",
+    mode: str = "fused",
+    poison: bool = True,
+) -> dict[str, np.ndarray]:
+    """Outputs by name, after writing `inputs` and the host-addressed
+    `buffers` (weights, states) and running once with per-call `values`."""
+    chosen = get_backend(backend)
+    image = chosen.compile(sequence, mode)
+    granule = sequence.device.coherence_granule if sequence.device else 64
+    memory = images.allocate(image, granule=granule, unified=chosen.unified)
+    executable = chosen.load(image, memory, device=sequence.device, poison=poison)
+    missing = [n for n, *_ in image.inputs if n not in inputs]
+    if missing:
+        raise KeyError(f"{sequence.name}: missing inputs {missing}")
+    specs = _specs(sequence)
+    for name, offset, nbytes in image.inputs:
+        view(memory["input"].host, offset, nbytes, *specs[name])[...] = inputs[name]
+    for name, array in (buffers or {}).items():
+        offset, nbytes = sequence.layout.scratch[name]
+        view(memory["scratch"].host, offset, nbytes, array.dtype, array.shape)[...] = array
+        memory["scratch"].sync_to_device(name)
+    executable(values or {})
+    return {
+        name: view(memory["output"].host, o, n, *specs[name]).copy() for name, o, n in image.outputs
+    }
+
+
+def _specs(sequence: OperatorSequence) -> dict[str, tuple]:
+    """dtype and shape of each buffer as a step declares it; a buffer only
+    ever used through slices is flat, in its slices' dtype."""
+    found = {}
+    for step in sequence.steps:
+        for name, spec in zip(step.args, step.specs):
+            base = name.split("[", 1)[0]
+            if base == name:
+                found[name] = (spec.dtype, spec.shape)
+            else:
+                found.setdefault(base, (spec.dtype, (sequence.sizes[base] // spec.dtype.itemsize,)))
+    return found

@@ -1,0 +1,182 @@
+"""The backend seam, the simulated NPU and its memory semantics."""
+
+import numpy as np
+import pytest
+from dispatch_fakes import Mul, N, Scale, Shift, Sloppy, expected_outputs, make_model
+
+from iron.core import bf16, capture
+from iron.dispatch import (
+    BackendUnavailable,
+    CompileError,
+    GranuleError,
+    OperatorSequence,
+    get_backend,
+    graph,
+    run,
+)
+from iron.dispatch.memory import Arena
+
+
+def rows(n, seed):
+    return np.random.default_rng(seed).standard_normal((n, N)).astype(bf16)
+
+
+@pytest.fixture
+def weight():
+    return np.random.default_rng(11).standard_normal(N).astype(bf16)
+
+
+CALLS = [(4, 0, 21), (1, 4, 22), (1, 5, 23), (3, 6, 24)]  # rows, pos, seed: prefill then decodes
+
+
+@pytest.mark.parametrize("ahead", [True, False], ids=["aot", "jit"])
+@pytest.mark.parametrize(
+    ("backend", "mode"), [("reference", "fused"), ("sim", "fused"), ("sim", "separate")]
+)
+def test_every_backend_and_mode_gives_the_same_bits(weight, backend, mode, ahead):
+    model = make_model(weight, backend=backend, mode=mode)
+    if ahead:
+        for n in sorted({n for n, _, _ in CALLS}):
+            model.compile(((n, N), bf16))
+        model.load()
+    calls = [(rows(n, seed), pos) for n, pos, seed in CALLS]
+    got = [model(x, pos=pos) for x, pos in calls]
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in expected_outputs(weight, calls)]
+
+
+def test_a_weight_that_is_never_flushed_is_stale_on_the_device(weight, monkeypatch):
+    """IRON shipped this bug (swiglu_decode read stale weights on its first
+    call): host writes reach the device only through a sync. Skipping the
+    flush must give wrong numbers, or the real flush would go untested."""
+    x = rows(1, 1)
+    right = expected_outputs(weight, [(x, 0)])[0]
+    monkeypatch.setattr(Arena, "flush", lambda self, name: None)
+    stale = make_model(weight, backend="sim")
+    assert stale(x, pos=0).tobytes() != right.tobytes()
+    unified = make_model(
+        weight, backend="reference"
+    )  # host and device share bytes: nothing to flush
+    assert unified(x, pos=0).tobytes() == right.tobytes()
+    monkeypatch.undo()
+    assert make_model(weight, backend="sim")(x, pos=0).tobytes() == right.tobytes()
+
+
+def test_state_reads_follow_the_device(weight):
+    model = make_model(weight, backend="sim")
+    x = rows(2, 3)
+    model(x, pos=1)
+    buffer = model._memory.buffer
+    offset, nbytes = model._states["cache"][:2]
+    assert not buffer.host[
+        offset : offset + nbytes
+    ].any()  # fused: the run left state on the device
+    cache = model.read_state("cache")
+    assert (
+        cache[1:3].tobytes()
+        == (x.astype(np.float32) * weight.astype(np.float32)).astype(bf16).tobytes()
+    )
+
+
+def test_compare_mode_flags_the_step_whose_reference_is_wrong():
+    @graph(backend="sim", mode="compare")
+    def chain(g, x):
+        a = g(Scale(N, 0.5), x)
+        b = g(Sloppy(N, 2.0), a)  # its device model and its reference disagree
+        return g(Scale(N, 3.0), b)
+
+    x = rows(1, 4)[0]
+    chain(x)
+    reports = next(iter(chain.versions.values())).reports
+    assert [(r.index, r.operator, r.passed) for r in reports] == [
+        (0, "Scale", True),
+        (1, "Sloppy", False),
+        (2, "Scale", True),
+    ]
+    assert reports[1].max_abs >= 0.9 and "elements outside" in reports[1].detail
+
+
+def test_granule_sharing_buffers_cannot_be_synced_alone():
+    tiny = 50  # bf16 elements: 100 B buffers
+    runlist = [(Mul(tiny), "x", "w", "t"), (Mul(tiny), "t", "v", "y")]
+    sizes = {"w": 2 * tiny, "v": 2 * tiny}
+    weights = {"w": np.ones(tiny, bf16), "v": np.ones(tiny, bf16)}
+    packed = OperatorSequence("packed", runlist, ["x"], ["y"], buffer_sizes=sizes, alignment=4)
+    assert packed.layout.scratch["v"][0] < 128  # w and v share a 64 B granule
+    with pytest.raises(
+        GranuleError, match="'w' \\[0, 100\\) shares a 64-byte coherence granule with 'v'"
+    ):
+        run(packed, {"x": np.ones(tiny, bf16)}, buffers=weights, backend="sim")
+    aligned = OperatorSequence(
+        "aligned", runlist, ["x"], ["y"], buffer_sizes=sizes
+    )  # the default: one granule each
+    out = run(aligned, {"x": np.full(tiny, 2, bf16)}, buffers=weights, backend="sim")
+    assert (out["y"] == 2).all()
+
+
+def many_values(n):
+    with capture("many") as g:
+        x = g.input("x", N)
+        pos = g.scalar("pos")
+        for i in range(n):
+            x = g(Shift(N), x, offset=pos + i)
+        g(Shift(N), x, offset=pos + 0)  # the same expression again: the same word
+    return OperatorSequence.from_graph(g)
+
+
+def test_parameter_scratchpad_has_32_words_and_shares_them():
+    backend = get_backend("sim")
+    image = backend.compile(many_values(32), "fused")
+    assert len(image.parameters) == 32
+    assert image.steps[0].words == image.steps[-1].words  # pos + 0 twice: one word
+    with pytest.raises(
+        CompileError, match="33 distinct per-call values exceed the parameter scratchpad's 32 words"
+    ):
+        backend.compile(many_values(33), "fused")
+    x = np.zeros(N, bf16)
+    (got,) = run(
+        many_values(33), {"x": x}, values={"pos": 1}, backend="sim", mode="separate"
+    ).values()
+    want = np.zeros(N, bf16)
+    for offset in [1 + i for i in range(33)] + [1]:  # one bf16 rounding per step
+        want = (want.astype(np.float32) + offset).astype(bf16)
+    assert got.tobytes() == want.tobytes()
+
+
+# ---- choosing a backend ----
+
+
+def test_auto_picks_sim_without_an_npu_and_says_why_npu_was_passed_over():
+    from iron.dispatch.selection import auto_choice
+
+    chosen, passed_over = auto_choice()
+    assert chosen == "sim" and "npu" in passed_over
+    assert get_backend().name == "sim"
+
+
+def test_iron_backend_overrides_the_default(monkeypatch, weight):
+    monkeypatch.setenv("IRON_BACKEND", "reference")
+    assert get_backend().name == "reference"
+    assert make_model(weight, backend=None).backend.name == "reference"
+    assert make_model(weight, backend="sim").backend.name == "sim"  # an explicit choice wins
+
+
+def test_npu_backend_names_what_is_missing(weight):
+    npu = get_backend("npu")
+    ok, why = npu.available()
+    assert not ok
+    for piece in ("mlir-aie is missing", "pyxrt is missing", "NPU device is missing"):
+        assert piece in why
+    assert "Xilinx/mlir-aie releases" in why and "amdxdna" in why
+    with pytest.raises(
+        BackendUnavailable, match="backend 'npu' is not available here: mlir-aie is missing"
+    ):
+        make_model(weight, backend="npu")(rows(1, 0), pos=0)
+
+
+def test_unknown_backend_and_mode():
+    with pytest.raises(
+        KeyError, match="unknown backend 'gpu'; registered backends: npu, reference, sim"
+    ):
+        get_backend("gpu")
+    with pytest.raises(ValueError, match="backend 'sim' has no mode 'turbo'"):
+        get_backend("sim").compile(many_values(1), "turbo")
