@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ import attrs
 import numpy as np
 
 from iron.core import ArgSpec, Operator, Tolerance, bf16, capture
+from iron.core.benchmarking import markdown_table, write_readme_section
 from iron.core.spec import IN, OUT
 from iron.dispatch import CompileCache, OperatorSequence, get_backend, graph
 
@@ -155,13 +155,6 @@ def measure(calls: int) -> list[tuple[str, str]]:
     return rows
 
 
-def table(rows) -> str:
-    width = max(len(k) for k, _ in rows)
-    lines = [f"| {'measure':{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
-    lines += [f"| {k:{width}} | {v} |" for k, v in rows]
-    return "\n".join(lines)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20000, help="calls per overhead measurement")
@@ -169,19 +162,12 @@ def main(argv=None) -> int:
         "--write-readme", action="store_true", help="write the table into the package README"
     )
     args = parser.parse_args(argv)
-    text = table(measure(args.calls))
+    text = markdown_table(("measure", "result"), measure(args.calls))
     print(text)
     if args.write_readme:
         python = ".".join(map(str, sys.version_info[:3]))
         note = f"Measured on a shared 2-core machine, Python {python}, best of repeats:\n\n"
-        body = README.read_text()
-        body = re.sub(
-            r"(<!-- bench:host -->\n).*?(<!-- /bench -->)",
-            lambda m: m.group(1) + note + text + "\n" + m.group(2),
-            body,
-            flags=re.S,
-        )
-        README.write_text(body)
+        write_readme_section(README, "host", note + text)
     return 0
 
 

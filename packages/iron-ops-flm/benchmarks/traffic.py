@@ -12,7 +12,6 @@ the schedule model measures equal the program's count.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -20,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from iron.core import Device
+from iron.core.benchmarking import write_readme_section
 from iron.ops.flm import model
 from iron.ops.flm.gemm import FLMGemm
 
 README = Path(__file__).parents[1] / "README.md"
-BEGIN, END = "<!-- traffic:begin -->", "<!-- traffic:end -->"
 
 # IRON's FLM GEMM benchmark suite (where it measured -23.9% median latency):
 # every projection of Gemma 4 E2B (dim 1536, ffn 6144) and E4B (dim 2560,
@@ -131,13 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         print(model_check(device))
     if args.write_readme:
-        readme = README.read_text()
-        if BEGIN not in readme or END not in readme:
-            raise SystemExit(f"{README} has no {BEGIN} ... {END} markers")
-        block = f"{BEGIN}\n{text}\n{END}"
-        README.write_text(
-            re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, readme, flags=re.S)
-        )
+        write_readme_section(README, "traffic", text)
         print(f"wrote the table into {README.name}")
     return 0
 

@@ -36,4 +36,4 @@ def test_readme_holds_the_current_table(capsys):
     module.main([])
     table = capsys.readouterr().out.strip()
     readme = module.README.read_text()
-    assert f"{module.BEGIN}\n{table}\n{module.END}" in readme
+    assert f"<!-- bench:traffic -->\n{table}\n<!-- /bench:traffic -->" in readme

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from iron.core import registry
-from iron.core.snapshot import check_file
 from iron.core.testing import (
+    assert_snapshot_unchanged,
     check_conformance,
     check_importable_alone,
     conformance_params,
@@ -69,4 +69,4 @@ def test_imports_nothing_but_iron_core_numpy_ml_dtypes_attrs():
 
 
 def test_spec_snapshot_is_current():
-    assert check_file(HERE / "spec_snapshot.json") == []
+    assert_snapshot_unchanged(HERE / "spec_snapshot.json")

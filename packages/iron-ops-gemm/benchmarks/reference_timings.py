@@ -4,23 +4,24 @@ operator's input bytes measured in the same run. The decode attention
 operators read only the valid prefix of the cache: their cost follows the
 context length, not the cache's size.
 
-    uv run --package iron-ops-gemm python packages/iron-ops-gemm/benchmarks/reference_timings.py [--write]
+    uv run --package iron-ops-gemm python packages/iron-ops-gemm/benchmarks/reference_timings.py [--write-readme]
 
---write puts the table into the package README between its
+--write-readme puts the table into the package README between its
 reference-timings markers.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-import statistics
-import time
 from pathlib import Path
 
-import numpy as np
-
 from iron.core import Device
+from iron.core.benchmarking import (
+    REFERENCE_TIMINGS_HEADER,
+    markdown_table,
+    reference_timings,
+    write_readme_section,
+)
 from iron.ops.gemm import GEMM, GEMV, MHA, GQAContext, GQAScores
 
 README = Path(__file__).parents[1] / "README.md"
@@ -47,48 +48,17 @@ CASES = [
 ]  # fmt: skip
 
 
-def median_seconds(fn, budget: float = 0.3, at_least: int = 5) -> float:
-    times, start = [], time.perf_counter()
-    while len(times) < at_least or time.perf_counter() - start < budget:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def measure() -> list[list[str]]:
-    npu2 = Device.from_name("npu2")
-    rng = np.random.default_rng(0)
-    rows = []
-    for phase, label, op, values in CASES:
-        op = op.resolve(npu2)
-        inputs = op.example_inputs(rng)
-        read_bytes = sum(a.nbytes for a in inputs)
-        source = np.ones(read_bytes, np.uint8)
-        reference = median_seconds(
-            lambda op=op, inputs=inputs, values=values: op.call_reference(*inputs, **values)
-        )
-        copy = median_seconds(lambda source=source: source.copy())
-        rows.append([phase, label, f"{read_bytes / 1024:,.0f}", f"{reference * 1e6:,.0f}",
-                     f"{reference / copy:,.1f}"])  # fmt: skip
-    return rows
-
-
-def markdown(rows: list[list[str]]) -> str:
-    header = ["phase", "operator and shape", "input KiB", "reference µs", "vs copy"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="write the table into the README")
-    table = markdown(measure())
+    parser.add_argument(
+        "--write-readme", action="store_true", help="write the table into the README"
+    )
+    table = markdown_table(
+        REFERENCE_TIMINGS_HEADER, reference_timings(CASES, Device.from_name("npu2"))
+    )
     print(table)
-    if parser.parse_args().write:
-        text = README.read_text()
-        marked = re.compile(r"(<!-- reference-timings -->\n).*?(<!-- /reference-timings -->)", re.S)
-        README.write_text(marked.sub(lambda m: m[1] + table + "\n" + m[2], text))
+    if parser.parse_args().write_readme:
+        write_readme_section(README, "reference-timings", table)
         print(f"wrote {README}")
 
 

@@ -11,20 +11,20 @@ partial sums to bf16 between 64-deep slices (IRON's GEMM without
 prio_accuracy), which the reference's one rounding does not allow for.
 "garbage passed" is the share of elements an all-zero output would pass.
 
-    uv run --package iron-ops-gemm python packages/iron-ops-gemm/benchmarks/tolerance.py [--write]
+    uv run --package iron-ops-gemm python packages/iron-ops-gemm/benchmarks/tolerance.py [--write-readme]
 
---write puts the table into the package README between its tolerance markers.
+--write-readme puts the table into the package README between its tolerance markers.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import numpy as np
 
 from iron.core import Device, bf16, compare
+from iron.core.benchmarking import markdown_table, write_readme_section
 from iron.ops.gemm.gemm import GEMM, bfp16_emulated
 
 README = Path(__file__).parents[1] / "README.md"
@@ -74,21 +74,18 @@ def measure() -> list[list[str]]:
     return rows
 
 
-def markdown(rows: list[list[str]]) -> str:
-    header = ["K", "device", "model", "floor needed / mass", "budget", "passes", "garbage passed"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+HEADER = ("K", "device", "model", "floor needed / mass", "budget", "passes", "garbage passed")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="write the table into the README")
-    table = markdown(measure())
+    parser.add_argument(
+        "--write-readme", action="store_true", help="write the table into the README"
+    )
+    table = markdown_table(HEADER, measure())
     print(table)
-    if parser.parse_args().write:
-        text = README.read_text()
-        marked = re.compile(r"(<!-- tolerance -->\n).*?(<!-- /tolerance -->)", re.S)
-        README.write_text(marked.sub(lambda m: m[1] + table + "\n" + m[2], text))
+    if parser.parse_args().write_readme:
+        write_readme_section(README, "tolerance", table)
         print(f"wrote {README}")
 
 

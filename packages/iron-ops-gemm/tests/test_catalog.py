@@ -8,8 +8,8 @@ import pytest
 from iron.core import Composite, Device, registry
 from iron.core.cli import main
 from iron.core.conformance import catalog_cases
-from iron.core.snapshot import check_file
 from iron.core.testing import (
+    assert_snapshot_unchanged,
     check_conformance,
     check_importable_alone,
     conformance_params,
@@ -61,9 +61,7 @@ def test_declared_cases_pin_columns_wherever_the_default_varies_with_device_widt
 
 
 def test_spec_snapshot_is_unchanged():
-    changes = check_file(SNAPSHOT)
-    assert not changes, "spec snapshot changed (regenerate with `iron spec snapshot "
-    f"{SNAPSHOT.name} --family gemm` if intended):\n" + "\n".join(changes)
+    assert_snapshot_unchanged(SNAPSHOT)
 
 
 def test_listing_imports_no_operator_module():

@@ -26,8 +26,10 @@ from iron.core import environment
 from iron.core.conformance import catalog_cases, check_importable_alone, modules_imported_by
 from iron.core.conformance import check as check_conformance
 from iron.core.device import Device
+from iron.core.snapshot import check_file
 
 __all__ = [
+    "assert_snapshot_unchanged",
     "check_conformance",
     "check_importable_alone",
     "conformance_params",
@@ -87,3 +89,14 @@ def require_distribution(name: str) -> None:
         if os.environ.get("IRON_REQUIRE_FIXTURE_PLUGINS") == "1":
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+def assert_snapshot_unchanged(path) -> None:
+    """Fail naming every case whose resolved specs moved since the snapshot
+    at `path` was written (the family and devices recorded in the file)."""
+    changes = check_file(path)
+    if changes:
+        pytest.fail(
+            f"spec snapshot {path} changed; if that is intended, regenerate it with "
+            "`iron spec snapshot FILE --family FAMILY`:\n" + "\n".join(changes)
+        )
