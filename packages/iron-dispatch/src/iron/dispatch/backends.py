@@ -59,6 +59,12 @@ class Executable:
     from ``buffers["output"].host``; the executable moves bytes between host
     and device as the image's dispatch mode does on the NPU."""
 
+    #: per-call values reach the device through the parameter scratchpad (a
+    #: full ELF); otherwise they are dispatch scalars (an xclbin chain)
+    scratchpad = True
+    #: after the run the host pulls back every non-input buffer
+    pulls_back_scratch = False
+
     def __init__(
         self,
         image: images.Image,
@@ -102,12 +108,20 @@ class Executable:
     def __call__(self, values: dict[str, int]) -> None:
         steps = self.steps()
         self.buffers["input"].sync_to_device()
-        words = self._words(values)
+        if self.scratchpad:
+            words = self._words(values)
+        else:
+            words = images.evaluate(self.image.parameters, values)
         if self.poison:
             self._poison()
+        self.run(steps, words)
+        self.buffers["output"].sync_from_device()
+        if self.pulls_back_scratch:
+            self.buffers["scratch"].sync_from_device()
+
+    def run(self, steps: list[images.BoundStep], words) -> None:
         for step in steps:
             step(words)
-        self.buffers["output"].sync_from_device()
 
 
 class SeparateExecutable(Executable):
@@ -115,19 +129,11 @@ class SeparateExecutable(Executable):
     chain the host pulls back every non-input buffer (as IRON's xclbin chain
     does)."""
 
-    def __call__(self, values: dict[str, int]) -> None:
-        steps = self.steps()
-        self.buffers["input"].sync_to_device()
-        words = images.evaluate(self.image.parameters, values)
-        if self.poison:
-            self._poison()
-        for step in steps:
-            step(words)
-        self.buffers["output"].sync_from_device()
-        self.buffers["scratch"].sync_from_device()
+    scratchpad = False
+    pulls_back_scratch = True
 
 
-class CompareExecutable(Executable):
+class CompareExecutable(SeparateExecutable):
     """Separate dispatch, each step judged against the operator's reference
     on the inputs the device actually had, with the operator's tolerance.
     Errors do not accumulate: every step starts from the device's state."""
@@ -137,12 +143,7 @@ class CompareExecutable(Executable):
         self.device = device
         self._references = [images.kernel(s.op, use_device_model=False) for s in image.steps]
 
-    def __call__(self, values: dict[str, int]) -> None:
-        steps = self.steps()
-        self.buffers["input"].sync_to_device()
-        words = images.evaluate(self.image.parameters, values)
-        if self.poison:
-            self._poison()
+    def run(self, steps: list[images.BoundStep], words) -> None:
         self.reports = []
         for step, reference in zip(steps, self._references):
             spec = step.step
@@ -153,8 +154,10 @@ class CompareExecutable(Executable):
             tolerance = spec.op.tolerance(self.device)
             for i, want in zip(spec.writes, expected):
                 verdict = compare(step.arrays[i], want, tolerance, name=spec.names[i])
-                self.reports.append(StepReport(step.index, type(spec.op).__name__, spec.names[i], verdict.max_abs,
-                                               verdict.max_rel, verdict.passed, verdict.detail))  # fmt: skip
+                self.reports.append(
+                    StepReport(step.index, type(spec.op).__name__, spec.names[i], verdict.max_abs,
+                               verdict.max_rel, verdict.passed, verdict.detail)
+                )  # fmt: skip
                 if not verdict.passed:
                     log.warning(
                         "%s step %d (%s): %s",
@@ -163,8 +166,6 @@ class CompareExecutable(Executable):
                         type(spec.op).__name__,
                         verdict.detail,
                     )
-        self.buffers["output"].sync_from_device()
-        self.buffers["scratch"].sync_from_device()
 
 
 class Backend:
