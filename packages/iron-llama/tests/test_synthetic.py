@@ -42,7 +42,7 @@ def test_tiny_preset_shape(tiny_dir):
         config.num_hidden_layers,
         config.head_dim,
         config.intermediate_size,
-    ) == (64, 2, 16, 128)
+    ) == (256, 2, 64, 512)
     assert (config.num_attention_heads, config.num_key_value_heads) == (4, 2)  # GQA
     assert config.tie_word_embeddings and config.max_position_embeddings > 8192
     tokenizer = json.loads((tiny_dir / "tokenizer.json").read_text())
@@ -55,9 +55,9 @@ def test_weights_have_the_documented_scales(tiny_dir):
     weights = LlamaWeights.load(Checkpoint.open(tiny_dir), config)
     assert weights.embedding.dtype == ml_dtypes.bfloat16
     std = lambda a: float(np.std(a.astype(np.float64)))  # noqa: E731
-    assert std(weights.layers[0].q) == pytest.approx(1 / 8, rel=0.05)  # N(0, 1/in), in = 64
-    assert std(weights.layers[1].down) == pytest.approx(4 / np.sqrt(128), rel=0.05)
-    assert std(weights.embedding) == pytest.approx(2 / 8, rel=0.05)
+    assert std(weights.layers[0].q) == pytest.approx(1 / 16, rel=0.05)  # N(0, 1/in), in = 256
+    assert std(weights.layers[1].down) == pytest.approx(4 / np.sqrt(512), rel=0.05)
+    assert std(weights.embedding) == pytest.approx(2 / 16, rel=0.05)
     assert float(np.mean(weights.norm.astype(np.float64))) == pytest.approx(1.0, abs=0.05)
 
 
