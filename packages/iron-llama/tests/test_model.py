@@ -190,6 +190,20 @@ def test_weights_are_released_piece_by_piece_during_load(tiny_dir, monkeypatch):
     assert model.load(release=pieces.append) == 0  # uploaded once
 
 
+def test_token_gathers_hand_the_embedding_pages_back(tiny_dir, monkeypatch):
+    released = []
+    original = Checkpoint.release
+    monkeypatch.setattr(
+        Checkpoint, "release", lambda self, view: released.append(view) or original(self, view)
+    )
+    model = Model.from_pretrained(tiny_dir, backend="reference", progress=False)
+    released.clear()
+    model.prefill(list(range(2, 22)))  # 20 tokens: gathered 8, 8 and 4 rows at a time
+    model.decode(5)
+    assert len(released) == 4
+    assert all(view is model.weights.embedding for view in released)
+
+
 def test_poisoned_transients_never_reach_the_logits(tiny_dir, oracle, prompts, monkeypatch):
     # every transient and output is NaN before each run: a buffer read before
     # it is written would make the logits NaN and fail the check

@@ -45,6 +45,9 @@ PREFILL_BUCKET = 256
 DEFAULT_MAX_SEQ_LEN = 2048
 #: DecodeAttention's Softmax holds a whole row of scores, one per cache position
 MAX_CACHE = 8192
+#: embedding rows gathered between releases of the mapping's pages (each row
+#: can fault in a 2 MiB folio)
+_GATHER_ROWS = 8
 
 
 def default_max_seq_len(config: LlamaConfig) -> int:
@@ -77,7 +80,11 @@ class Model:
     ``$IRON_BACKEND`` overrides it); `max_seq_len`: positions the KV caches
     hold, a multiple of 256 up to 8192 and the model's context (default:
     2048 or the context); `device`: an iron-core `Device` or its name
-    (default npu2: MHA, the prefill attention, runs on npu2 only)."""
+    (default npu2: MHA, the prefill attention, runs on npu2 only); `release`:
+    hands a checkpoint view's pages back to the kernel (`Checkpoint.release`),
+    called on every uploaded piece and on the embedding after each token
+    gather (one row faults in whole page-cache folios of the mapping, up to
+    2 MiB each: a 128-token prompt would otherwise keep 200 MB resident)."""
 
     def __init__(
         self,
@@ -88,6 +95,7 @@ class Model:
         backend: str = "auto",
         max_seq_len: int | None = None,
         device=None,
+        release: Callable[[np.ndarray], object] | None = None,
     ):
         max_seq_len = default_max_seq_len(config) if max_seq_len is None else max_seq_len
         limit = min(MAX_CACHE, config.max_position_embeddings)
@@ -104,6 +112,7 @@ class Model:
                 f"attention's {MAX_CACHE} and the model's max_position_embeddings)"
             )
         self.config, self.weights, self.tokenizer = config, weights, tokenizer
+        self.release = release
         self.max_seq_len = max_seq_len
         self.forward = llama_graph(
             config,
@@ -145,9 +154,10 @@ class Model:
             backend=backend,
             max_seq_len=max_seq_len,
             device=device,
+            release=checkpoint.release,
         )
         model.compile(progress)
-        model.load(release=checkpoint.release, progress=progress)
+        model.load(progress=progress)
         model._load_seconds = time.perf_counter() - started
         return model
 
@@ -172,7 +182,9 @@ class Model:
         progress: bool | None = None,
     ) -> int:
         """Upload the weights into the arena in pieces of at most
-        `piece_bytes`, calling ``release(piece)`` after each. Returns bytes."""
+        `piece_bytes`, calling ``release(piece)`` (default: the model's
+        `release`) after each. Returns the bytes uploaded."""
+        release = release or self.release
         total = sum(a.nbytes for a in graph_weights(self.config, self.weights).values())
         bar = _bar(
             progress, total=total, desc="uploading", unit="B", unit_scale=True, unit_divisor=1024
@@ -205,7 +217,7 @@ class Model:
         started = time.perf_counter()
         rows = self.prefill_rows(len(ids))
         x = np.zeros((rows, self.config.hidden_size), bf16)
-        x[: len(ids)] = self.weights.embedding[ids]
+        x[: len(ids)] = self._embed(ids)
         if not self._compiled(rows):
             log.info("prefill of %d tokens: compiling the %d-row version", len(ids), rows)
         logits = self.forward(x, self.angles[:rows], pos=0, last=len(ids) - 1)
@@ -227,8 +239,7 @@ class Model:
             )
         ids = self._check_ids("decode", [token_id])
         started = time.perf_counter()
-        x = self.weights.embedding[ids]
-        logits = self.forward(x, self.angles[pos : pos + 1], pos=pos, last=0)
+        logits = self.forward(self._embed(ids), self.angles[pos : pos + 1], pos=pos, last=0)
         logits = logits.astype(np.float32)
         self._decode_seconds.append(time.perf_counter() - started)
         self.position = pos + 1
@@ -281,6 +292,17 @@ class Model:
             peak_rss_bytes=peak,
             steady_rss_bytes=steady,
         )
+
+    def _embed(self, ids: list[int]) -> np.ndarray:
+        """The embedding rows of `ids`: a host gather from the checkpoint, its
+        pages handed back every few rows so they never pile up."""
+        embedding = self.weights.embedding
+        rows = np.empty((len(ids), embedding.shape[1]), embedding.dtype)
+        for start in range(0, len(ids), _GATHER_ROWS):
+            rows[start : start + _GATHER_ROWS] = embedding[ids[start : start + _GATHER_ROWS]]
+            if self.release is not None:
+                self.release(embedding)
+        return rows
 
     def _compiled(self, rows: int) -> bool:
         return any(signature[0][1][0] == rows for signature in self.forward.versions)
