@@ -10,6 +10,7 @@ arena, the oracle's its float32 temporaries.
 
     uv run --package iron-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
     ... decode.py --quick      # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
+    ... decode.py --layers 16  # all of Llama 3.2 1B's layers (a 2.3 GiB synthetic file)
 
 --write-readme puts the table into the package README between its
 bench:decode markers.
@@ -124,6 +125,9 @@ def main() -> None:
     parser.add_argument("--model-dir", type=Path, help="where the synthetic model is kept")
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     parser.add_argument("--steps", type=int, default=32, help="decode steps")
+    parser.add_argument(
+        "--layers", type=int, default=2, help="decoder layers of the 1b-shaped model"
+    )
     parser.add_argument("--child", choices=("model", "oracle"), help=argparse.SUPPRESS)
     parser.add_argument("--tokens", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -140,9 +144,9 @@ def main() -> None:
         directory = args.model_dir or Path(tempfile.mkdtemp(prefix="iron-llama-tiny-"))
         label = "tiny preset (quick run)"
     else:
-        preset, layers, prompt, steps = "1b-shaped", 2, args.prompt, args.steps
-        directory = args.model_dir or cache_home() / "models" / "1b-shaped-2"
-        label = "1b-shaped preset, 2 layers (Llama 3.2 1B widths, 128256-token vocabulary)"
+        preset, layers, prompt, steps = "1b-shaped", args.layers, args.prompt, args.steps
+        directory = args.model_dir or cache_home() / "models" / f"1b-shaped-{layers}"
+        label = f"1b-shaped preset, {layers} layers (Llama 3.2 1B widths, 128256-token vocabulary)"
     if ensure_synthetic(directory, preset, layers):
         print(f"wrote the synthetic model to {directory}", file=sys.stderr)
     figures, accuracy = measure(directory, prompt, steps)

@@ -35,6 +35,23 @@ from iron.ops.gemm import GEMM, GEMV, MHA, DecodeAttention, SwiGLUDecode, SwiGLU
 
 #: MHA's query and key blocks are 64 rows; IRON runs up to 8 pipelines of them
 MHA_BLOCK, MHA_PIPELINES = 64, (8, 4, 2, 1)
+_FIELDS = tuple(LayerWeights.__dataclass_fields__)
+
+
+def _head_name(config: LlamaConfig) -> str:
+    return "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
+
+
+def graph_weights(config: LlamaConfig, weights: LlamaWeights) -> dict[str, np.ndarray]:
+    """Every weight the graph reads, under its checkpoint name (the tied head
+    is the embedding; the graph never reads the embedding otherwise: tokens
+    are gathered on the host)."""
+    named = {
+        layer_tensor_name(i, field): getattr(layer, field)
+        for i, layer in enumerate(weights.layers)
+        for field in _FIELDS
+    }
+    return {**named, "model.norm.weight": weights.norm, _head_name(config): weights.head}
 
 
 def llama_graph(
@@ -72,25 +89,6 @@ def llama_graph(
         return g(GEMV(M=vocab, K=hidden), g.weight(_head_name(config), weights.head), x)
 
     return graph(forward, name="llama", backend=backend, device=device)
-
-
-_FIELDS = tuple(LayerWeights.__dataclass_fields__)
-
-
-def _head_name(config: LlamaConfig) -> str:
-    return "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
-
-
-def graph_weights(config: LlamaConfig, weights: LlamaWeights) -> dict[str, np.ndarray]:
-    """Every weight the graph reads, under its checkpoint name (the tied head
-    is the embedding; the graph never reads the embedding otherwise: tokens
-    are gathered on the host)."""
-    named = {
-        layer_tensor_name(i, field): getattr(layer, field)
-        for i, layer in enumerate(weights.layers)
-        for field in _FIELDS
-    }
-    return {**named, "model.norm.weight": weights.norm, _head_name(config): weights.head}
 
 
 def _norm(config: LlamaConfig, rows: int) -> RMSNorm:
