@@ -18,6 +18,7 @@ from iron.llama import (
     check_accuracy,
     check_determinism,
     llama_graph,
+    make_synthetic,
 )
 from iron.llama.checks import kl_divergence
 
@@ -234,3 +235,16 @@ def test_float_weights_other_than_bf16_are_refused_by_name(tiny_dir):
     weights = dataclasses.replace(weights, layers=(weights.layers[0], layer))
     with pytest.raises(ValueError, match=r"'model\.layers\.1\.mlp\.up_proj\.weight' is float32"):
         llama_graph(config, weights, 256)
+
+
+@pytest.mark.slow
+def test_llama_32_1b_widths_match_the_oracle(tmp_path):
+    # one decoder layer at full width: 32 heads over 8 kv heads, MHA with 4
+    # pipelines, a 128256-row head, caches of 2048 positions
+    directory = make_synthetic(tmp_path, preset="1b-shaped", layers=1)
+    model = Model.from_pretrained(directory, backend="sim", progress=False)
+    oracle = OracleModel(Oracle.from_pretrained(directory))
+    prompt = [0, *np.random.default_rng(2).integers(2, 128256, 99).tolist()]
+    report = check_accuracy(oracle, model, prompt, steps=8)
+    assert report.passed, report.summary()
+    assert rows_of(model) == [1, 256]

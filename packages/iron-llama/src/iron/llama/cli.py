@@ -43,7 +43,13 @@ def _load(args: argparse.Namespace, prompt_tokens: int, new_tokens: int) -> Mode
     a prompt that does not fit."""
     config = LlamaConfig.from_file(args.model)
     check_fits(prompt_tokens, new_tokens, args.max_seq_len or default_max_seq_len(config))
-    return Model.from_pretrained(args.model, backend=args.backend, max_seq_len=args.max_seq_len)
+    return Model.from_pretrained(
+        args.model, backend=args.backend, max_seq_len=args.max_seq_len, progress=_progress(args)
+    )
+
+
+def _progress(args: argparse.Namespace) -> bool | None:
+    return False if args.quiet else None  # None: bars only on a terminal
 
 
 def printable(text: str) -> str:
@@ -106,7 +112,7 @@ def _check_determinism(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     directory = demo_dir()
     config = synthetic_config("tiny")
-    with _bar(len(LlamaWeights.expected_shapes(config)), "writing") as bar:
+    with _bar(len(LlamaWeights.expected_shapes(config)), "writing", args) as bar:
         written = ensure_synthetic(
             directory, "tiny", seed=DEMO_SEED, progress=lambda _: bar.update()
         )
@@ -119,7 +125,7 @@ def _demo(args: argparse.Namespace) -> int:
         "the point: the IRON graph against the float32 oracle.\n"
         "For Llama 3.2 1B: iron-llama generate --model DIR --prompt TEXT (see the README).\n"
     )
-    model = Model.from_pretrained(directory, backend=args.backend)
+    model = Model.from_pretrained(directory, backend=args.backend, progress=_progress(args))
     print(DEMO_PROMPT, end="", flush=True)
     # random weights: an end-of-text token means nothing, so it does not stop the demo
     ids = model.tokenizer.prompt(DEMO_PROMPT)
@@ -136,7 +142,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _make_synthetic(args: argparse.Namespace) -> int:
     config = synthetic_config(args.preset, args.layers)  # bad arguments fail before any output
-    with _bar(len(LlamaWeights.expected_shapes(config)), "writing") as bar:
+    with _bar(len(LlamaWeights.expected_shapes(config)), "writing", args) as bar:
         make_synthetic(
             args.dir, args.preset, args.layers, args.seed, progress=lambda _: bar.update()
         )
@@ -150,8 +156,8 @@ def _make_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bar(total: int, desc: str) -> tqdm:
-    return tqdm(total=total, desc=desc, unit="tensor", disable=None, file=sys.stderr)
+def _bar(total: int, desc: str, args: argparse.Namespace) -> tqdm:
+    return tqdm(total=total, desc=desc, unit="tensor", disable=args.quiet or None, file=sys.stderr)
 
 
 def _positive(text: str) -> int:
@@ -181,6 +187,7 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iron-llama", description="Llama 3.2 1B on IRON.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log compiles and uploads")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser(

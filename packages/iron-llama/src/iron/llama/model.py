@@ -62,7 +62,7 @@ def check_fits(prompt_tokens: int, new_tokens: int, max_seq_len: int) -> None:
         raise ValueError(
             f"the prompt of {prompt_tokens} tokens and {new_tokens} new tokens need "
             f"{prompt_tokens + new_tokens} positions; max_seq_len is {max_seq_len} tokens "
-            "(shorten the prompt, ask for fewer tokens or raise --max-seq-len)"
+            "(shorten the prompt, ask for fewer tokens or raise max_seq_len)"
         )
 
 
@@ -171,9 +171,9 @@ class Model:
                 self._version(rows)
                 bar.update()
 
-    def _version(self, rows: int):
+    def _version(self, rows: int) -> None:
         hidden, head_dim = self.config.hidden_size, self.config.head_dim
-        return self.forward.compile(x=((rows, hidden), bf16), angles=((rows, head_dim), bf16))
+        self.forward.compile(x=((rows, hidden), bf16), angles=((rows, head_dim), bf16))
 
     def load(
         self,
