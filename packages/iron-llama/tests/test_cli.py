@@ -122,3 +122,4 @@ def test_bad_input_exits_2_naming_the_rule(tiny_dir, tmp_path, capsys):
 
 def test_control_characters_are_shown_not_sent_to_the_terminal():
     assert printable("a\x1b[2Jb\n\tc\x00") == "a␛[2Jb\n\tc␀"
+    assert printable("\x7f\x9b31m é鉄") == "␡\ufffd31m é鉄"

@@ -53,10 +53,18 @@ def _progress(args: argparse.Namespace) -> bool | None:
 
 
 def printable(text: str) -> str:
-    """`text` with control characters other than newline and tab shown as
-    their Unicode control pictures (an ESC drawn by a random model must not
-    reach the terminal as an escape sequence)."""
-    return "".join(chr(0x2400 + ord(c)) if ord(c) < 0x20 and c not in "\n\t" else c for c in text)
+    """`text` with control characters other than newline and tab shown, not
+    sent (an ESC or CSI drawn by a random model must not reach the terminal
+    as an escape sequence): C0 and DEL as their Unicode control pictures, C1
+    as the replacement character."""
+
+    def shown(c: str) -> str:
+        code = ord(c)
+        if c in "\n\t" or 0x20 <= code < 0x7F or code > 0x9F:
+            return c
+        return chr(0x2400 + code) if code < 0x20 else "\u2421" if code == 0x7F else "\ufffd"
+
+    return "".join(map(shown, text))
 
 
 def _stream(
