@@ -77,7 +77,9 @@ class KVCache:
         """Positions held."""
         return 0 if self.keys[0] is None else self.keys[0].shape[0]
 
-    def extend(self, layer: int, keys: np.ndarray, values: np.ndarray):
+    def extend(
+        self, layer: int, keys: np.ndarray, values: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Append one layer's new rows; return all of its keys and values."""
         if self.keys[layer] is not None:
             keys = np.concatenate([self.keys[layer], keys])
@@ -122,17 +124,17 @@ class Oracle:
         ids = np.asarray(token_ids)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(
-                f"Oracle.logits: token_ids must be a non-empty 1-D sequence of ints, got {ids!r}"
+                f"Oracle: token_ids must be a non-empty 1-D sequence of ints, got {ids!r}"
             )
         if ids.min() < 0 or ids.max() >= config.vocab_size:
             raise ValueError(
-                f"Oracle.logits: token ids must lie in [0, {config.vocab_size}), "
+                f"Oracle: token ids must lie in [0, {config.vocab_size}), "
                 f"got min {ids.min()} max {ids.max()}"
             )
         start = 0 if cache is None else cache.length
         if start + ids.size > config.max_position_embeddings:
             raise ValueError(
-                f"Oracle.logits: {start + ids.size} tokens exceed max_position_embeddings={config.max_position_embeddings}"
+                f"Oracle: {start + ids.size} tokens exceed max_position_embeddings={config.max_position_embeddings}"
             )
         positions = np.arange(start, start + ids.size, dtype=np.float32)
         angles = positions[:, None] * self.inv_freq[None, :]
