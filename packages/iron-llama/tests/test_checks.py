@@ -21,10 +21,10 @@ class Perturbed(OracleModel):
         self.bend = bend
 
     def prefill(self, token_ids):
-        return self.bend(super().prefill(token_ids), len(self._tokens))
+        return self.bend(super().prefill(token_ids), self.length)
 
     def decode(self, token_id):
-        return self.bend(super().decode(token_id), len(self._tokens))
+        return self.bend(super().decode(token_id), self.length)
 
 
 def test_kl_against_hand_computed_values():
@@ -99,7 +99,7 @@ class Leaky(OracleModel):
         self.previous_length = 0
 
     def reset(self):
-        self.previous_length = len(self._tokens)
+        self.previous_length = self.length
         super().reset()
 
     def prefill(self, token_ids):

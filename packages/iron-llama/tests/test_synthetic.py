@@ -6,7 +6,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from iron.llama import Checkpoint, LlamaConfig, LlamaWeights, Oracle, make_synthetic
+from iron.llama import (
+    Checkpoint,
+    LlamaConfig,
+    LlamaWeights,
+    Oracle,
+    ensure_synthetic,
+    make_synthetic,
+    rope_inv_freq,
+)
 from iron.llama.cli import main
 from iron.llama.synthetic import corpus, synthetic_config
 
@@ -42,8 +50,12 @@ def test_tiny_preset_shape(tiny_dir):
         config.num_hidden_layers,
         config.head_dim,
         config.intermediate_size,
-    ) == (64, 2, 16, 128)
+    ) == (256, 2, 64, 512)
     assert (config.num_attention_heads, config.num_key_value_heads) == (4, 2)  # GQA
+    # head_dim 64 still meets all three llama3 bands: kept, smoothed, divided by 32
+    scaled = rope_inv_freq(64, config.rope_theta, config.rope_scaling)
+    plain = rope_inv_freq(64, config.rope_theta, None)
+    assert (scaled == plain).sum() == 15 and np.isclose(scaled, plain / 32).sum() == 14
     assert config.tie_word_embeddings and config.max_position_embeddings > 8192
     tokenizer = json.loads((tiny_dir / "tokenizer.json").read_text())
     assert config.vocab_size == len(tokenizer["model"]["vocab"]) == 512
@@ -55,9 +67,9 @@ def test_weights_have_the_documented_scales(tiny_dir):
     weights = LlamaWeights.load(Checkpoint.open(tiny_dir), config)
     assert weights.embedding.dtype == ml_dtypes.bfloat16
     std = lambda a: float(np.std(a.astype(np.float64)))  # noqa: E731
-    assert std(weights.layers[0].q) == pytest.approx(1 / 8, rel=0.05)  # N(0, 1/in), in = 64
-    assert std(weights.layers[1].down) == pytest.approx(4 / np.sqrt(128), rel=0.05)
-    assert std(weights.embedding) == pytest.approx(2 / 8, rel=0.05)
+    assert std(weights.layers[0].q) == pytest.approx(1 / 16, rel=0.05)  # N(0, 1/in), in = 256
+    assert std(weights.layers[1].down) == pytest.approx(4 / np.sqrt(512), rel=0.05)
+    assert std(weights.embedding) == pytest.approx(2 / 16, rel=0.05)
     assert float(np.mean(weights.norm.astype(np.float64))) == pytest.approx(1.0, abs=0.05)
 
 
@@ -148,3 +160,20 @@ def test_cli_errors(tmp_path, capsys):
 def test_console_script_is_declared():
     (script,) = metadata.entry_points(group="console_scripts", name="iron-llama")
     assert script.value == "iron.llama.cli:main"
+
+
+def test_ensure_synthetic_writes_only_what_is_missing_or_wrong(tmp_path):
+    directory = tmp_path / "m"
+    assert ensure_synthetic(directory, layers=1)  # missing: written
+    written = digests(directory)
+    assert not ensure_synthetic(directory, layers=1)  # complete: kept
+    assert digests(directory) == written
+    assert ensure_synthetic(directory, layers=1, seed=1)  # another recipe: rewritten
+    assert digests(directory)["model.safetensors"] != written["model.safetensors"]
+    assert ensure_synthetic(directory, layers=1)
+    assert digests(directory) == written
+    weights = directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-2])  # truncated
+    assert ensure_synthetic(directory, layers=1) and digests(directory) == written
+    (directory / "tokenizer.json").unlink()
+    assert ensure_synthetic(directory, layers=1) and digests(directory) == written

@@ -7,7 +7,7 @@ import pytest
 from iron.llama import Checkpoint, CheckpointError, LlamaWeights, write_safetensors
 from iron.llama.synthetic import synthetic_config, synthetic_tensors
 
-CONFIG = synthetic_config("tiny")  # hidden 64, 4 heads of 16, 2 kv heads, ffn 128, vocab 512
+CONFIG = synthetic_config("tiny")  # hidden 256, 4 heads of 64, 2 kv heads, ffn 512, vocab 512
 
 
 def checkpoint_of(tmp_path, tensors) -> Checkpoint:
@@ -24,13 +24,15 @@ def test_loads_views_as_shipped(tmp_path):
     weights = LlamaWeights.load(checkpoint, CONFIG)
     assert len(weights.layers) == 2
     layer = weights.layers[1]
-    assert layer.q.shape == (64, 64) and layer.k.shape == (32, 64) and layer.v.shape == (32, 64)
     assert (
-        layer.o.shape == (64, 64)
-        and layer.gate.shape == (128, 64)
-        and layer.down.shape == (64, 128)
+        layer.q.shape == (256, 256) and layer.k.shape == (128, 256) and layer.v.shape == (128, 256)
     )
-    assert weights.embedding.shape == (512, 64) and weights.norm.shape == (64,)
+    assert (
+        layer.o.shape == (256, 256)
+        and layer.gate.shape == (512, 256)
+        and layer.down.shape == (256, 512)
+    )
+    assert weights.embedding.shape == (512, 256) and weights.norm.shape == (256,)
     assert weights.head is weights.embedding  # tied: no lm_head.weight
     # zero-copy [out, in] views of the file, not transposed copies
     assert np.shares_memory(layer.k, checkpoint["model.layers.1.self_attn.k_proj.weight"])
@@ -42,7 +44,7 @@ def test_untied_model_uses_lm_head(tmp_path):
     tensors = tiny_tensors(config)
     assert "lm_head.weight" in tensors
     weights = LlamaWeights.load(checkpoint_of(tmp_path, tensors), config)
-    assert weights.head is not weights.embedding and weights.head.shape == (512, 64)
+    assert weights.head is not weights.embedding and weights.head.shape == (512, 256)
 
 
 def load_error(tmp_path, tensors, config=CONFIG) -> str:
@@ -55,18 +57,18 @@ def test_missing_tensor(tmp_path):
     tensors = tiny_tensors()
     del tensors["model.layers.1.mlp.up_proj.weight"]
     assert (
-        "missing tensor 'model.layers.1.mlp.up_proj.weight' (expected shape (128, 64))"
+        "missing tensor 'model.layers.1.mlp.up_proj.weight' (expected shape (512, 256))"
         in load_error(tmp_path, tensors)
     )
 
 
 def test_unexpected_tensor(tmp_path):
     tensors = tiny_tensors()
-    tensors["lm_head.weight"] = np.zeros((512, 64), ml_dtypes.bfloat16)
+    tensors["lm_head.weight"] = np.zeros((512, 256), ml_dtypes.bfloat16)
     tensors["model.rotary_emb.inv_freq"] = np.zeros(8, np.float32)
     message = load_error(tmp_path, tensors)
     assert (
-        "unexpected tensor 'lm_head.weight' of shape (512, 64) (the config ties the head to the embedding)"
+        "unexpected tensor 'lm_head.weight' of shape (512, 256) (the config ties the head to the embedding)"
         in message
     )
     assert "unexpected tensor 'model.rotary_emb.inv_freq' of shape (8,)" in message
@@ -74,10 +76,10 @@ def test_unexpected_tensor(tmp_path):
 
 def test_wrong_shape_names_both_shapes(tmp_path):
     tensors = tiny_tensors()
-    tensors["model.layers.0.self_attn.k_proj.weight"] = np.zeros((64, 64), ml_dtypes.bfloat16)
+    tensors["model.layers.0.self_attn.k_proj.weight"] = np.zeros((256, 256), ml_dtypes.bfloat16)
     message = load_error(tmp_path, tensors)
     assert (
-        "tensor 'model.layers.0.self_attn.k_proj.weight' has shape (64, 64), the config needs (32, 64)"
+        "tensor 'model.layers.0.self_attn.k_proj.weight' has shape (256, 256), the config needs (128, 256)"
         in message
     )
 
@@ -99,8 +101,8 @@ def test_layers_beyond_the_config(tmp_path):
 
 def test_non_float_weights_refused(tmp_path):
     tensors = tiny_tensors()
-    tensors["model.norm.weight"] = np.ones(64, np.int32)
-    tensors["model.layers.0.mlp.up_proj.weight"] = np.ones((128, 64), ml_dtypes.float8_e4m3fn)
+    tensors["model.norm.weight"] = np.ones(256, np.int32)
+    tensors["model.layers.0.mlp.up_proj.weight"] = np.ones((512, 256), ml_dtypes.float8_e4m3fn)
     message = load_error(tmp_path, tensors)
     assert "'model.norm.weight' has dtype int32, weights must be F16, BF16, F32 or F64" in message
     assert "'model.layers.0.mlp.up_proj.weight' has dtype float8_e4m3fn" in message

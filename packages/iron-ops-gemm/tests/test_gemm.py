@@ -1,10 +1,12 @@
 import re
+import tracemalloc
 
 import numpy as np
 import pytest
 from support import unfaithful_fraction
 
 from iron.core import Device, OperatorError, Tolerance, bf16, compare, dtype_name
+from iron.ops.gemm import gemm
 from iron.ops.gemm.gemm import GEMM, INT8_MAX_K, bfp16_emulated, to_bf16_once
 
 NPU1, NPU2 = Device.from_name("npu1"), Device.from_name("npu2")
@@ -68,6 +70,44 @@ def test_bf16_reference_is_the_float64_product_rounded_once_in_every_layout(b_co
     exact = exact.T if c_col_maj else exact
     assert c.shape == exact.shape and c.dtype == bf16 and c.flags.c_contiguous
     assert unfaithful_fraction(c, exact) <= 1e-3
+
+
+@pytest.mark.parametrize("b_col_maj", [False, True])
+@pytest.mark.parametrize("dtype_in", ["bf16", "int8"])
+def test_reference_upcasts_a_block_of_columns_at_a_time(monkeypatch, b_col_maj, dtype_in):
+    rng = np.random.default_rng(5)
+    M, K, N = 256, 64, 320
+    if dtype_in == "int8":
+        a = rng.integers(-128, 128, (M, K), dtype=np.int8)
+        b = rng.integers(-128, 128, (K, N), dtype=np.int8)
+        op = GEMM(M, K, N, b_col_maj=b_col_maj, dtype_in="int8", dtype_out="int32")
+    else:
+        a, b = rng.standard_normal((M, K)).astype(bf16), rng.standard_normal((K, N)).astype(bf16)
+        op = GEMM(M, K, N, b_col_maj=b_col_maj)
+    # 48 float64 columns per block: 7 blocks, the last one short (96 bf16 ones in float32)
+    monkeypatch.setattr(gemm, "UPCAST_BYTES", 48 * 8 * K)
+    (c,) = op.call_reference(a, np.ascontiguousarray(b.T) if b_col_maj else b)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    if dtype_in == "int8":
+        np.testing.assert_array_equal(c, exact.astype(np.int64))
+    else:
+        assert unfaithful_fraction(c, exact) <= 1e-3
+
+
+def test_reference_memory_is_bounded_by_the_block_not_the_weight():
+    rng = np.random.default_rng(6)
+    M, K, N = 256, 2048, 8192
+    a = rng.standard_normal((M, K), dtype=np.float32).astype(bf16)
+    b = rng.standard_normal((N, K), dtype=np.float32).astype(bf16)  # 32 MiB, as shipped
+    tracemalloc.start()
+    try:
+        GEMM(M, K, N, b_col_maj=True).call_reference(a, b)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # A in float32 (2 MiB), the float32 product and its bf16 copy (12 MiB), one
+    # block of B; B upcast whole would add 64 MiB
+    assert peak < M * K * 4 + M * N * 6 + 2 * gemm.UPCAST_BYTES
 
 
 def test_float32_output_is_not_rounded_to_bf16():

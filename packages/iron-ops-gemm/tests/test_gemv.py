@@ -1,4 +1,5 @@
 import re
+import tracemalloc
 
 import attrs
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 from support import unfaithful_fraction
 
 from iron.core import Device, OperatorError, bf16, compare, dtype_name
+from iron.ops.gemm import gemv
 from iron.ops.gemm.gemv import GEMV
 
 NPU1, NPU2 = Device.from_name("npu1"), Device.from_name("npu2")
@@ -43,6 +45,34 @@ def test_reference_is_the_float64_product_rounded_once(batches):
     if batches > 1:  # each batch uses its own vector, not the first one
         (first_only,) = GEMV(M, K).call_reference(A[1], x[0])
         assert not np.array_equal(y[1], first_only)
+
+
+@pytest.mark.parametrize("batches", [1, 3])
+def test_reference_upcasts_a_block_of_rows_at_a_time(monkeypatch, batches):
+    rng = np.random.default_rng(12)
+    M, K = 100, 64
+    lead = (batches,) if batches > 1 else ()
+    A = rng.standard_normal((*lead, M, K)).astype(bf16)
+    x = rng.standard_normal((*lead, K)).astype(bf16)
+    # 7 rows of every batch per block: 15 blocks, the last one short
+    monkeypatch.setattr(gemv, "UPCAST_BYTES", 7 * 4 * K * batches)
+    (y,) = GEMV(M, K, num_batches=batches).call_reference(A, x)
+    exact = np.einsum("...mk,...k->...m", A.astype(np.float64), x.astype(np.float64))
+    assert unfaithful_fraction(y, exact) <= 1e-3
+
+
+def test_reference_memory_is_bounded_by_the_block_not_the_weight():
+    rng = np.random.default_rng(13)
+    A = rng.standard_normal((8192, 2048), dtype=np.float32).astype(bf16)  # 32 MiB
+    x = rng.standard_normal(2048).astype(bf16)
+    tracemalloc.start()
+    try:
+        GEMV(8192, 2048).call_reference(A, x)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # A upcast whole would take 64 MiB
+    assert peak < 2 * gemv.UPCAST_BYTES + 8192 * 6
 
 
 def test_defaults_two_rows_per_call_where_they_fit_else_one():

@@ -64,8 +64,34 @@ def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return x @ weight.astype(np.float32).T
 
 
+class KVCache:
+    """The keys (after RoPE) and values an `Oracle` has computed so far, one
+    float32 (positions, kv_heads, head_dim) array of each per layer."""
+
+    def __init__(self, layers: int):
+        self.keys: list[np.ndarray | None] = [None] * layers
+        self.values: list[np.ndarray | None] = [None] * layers
+
+    @property
+    def length(self) -> int:
+        """Positions held."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[0]
+
+    def extend(
+        self, layer: int, keys: np.ndarray, values: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Append one layer's new rows; return all of its keys and values."""
+        if self.keys[layer] is not None:
+            keys = np.concatenate([self.keys[layer], keys])
+            values = np.concatenate([self.values[layer], values])
+        self.keys[layer], self.values[layer] = keys, values
+        return keys, values
+
+
 class Oracle:
-    """Float32 reference logits for a Llama checkpoint; no KV cache, no state."""
+    """Float32 reference logits for a Llama checkpoint. `logits(ids)` is
+    stateless (every position, no cache); `hidden(ids, cache)` continues a
+    sequence held in a `KVCache`, which is what `OracleModel` does."""
 
     def __init__(self, config: LlamaConfig, weights: LlamaWeights):
         self.config = config
@@ -80,39 +106,55 @@ class Oracle:
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 logits (len(token_ids), vocab_size): row i predicts token i + 1."""
-        config = self.config
-        ids = np.asarray(token_ids)
-        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(
-                f"Oracle.logits: token_ids must be a non-empty 1-D sequence of ints, got {ids!r}"
-            )
-        if ids.min() < 0 or ids.max() >= config.vocab_size:
-            raise ValueError(
-                f"Oracle.logits: token ids must lie in [0, {config.vocab_size}), "
-                f"got min {ids.min()} max {ids.max()}"
-            )
-        if ids.size > config.max_position_embeddings:
-            raise ValueError(
-                f"Oracle.logits: {ids.size} tokens exceed max_position_embeddings={config.max_position_embeddings}"
-            )
-        angles = np.arange(ids.size, dtype=np.float32)[:, None] * self.inv_freq[None, :]
-        angles = np.concatenate([angles, angles], axis=-1)
-        cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
-        x = self.weights.embedding[ids].astype(np.float32)
-        for layer in self.weights.layers:
-            x = x + self._attention(
-                layer, rms_norm(x, layer.input_norm, config.rms_norm_eps), cos, sin
-            )
-            x = x + self._mlp(layer, rms_norm(x, layer.post_attention_norm, config.rms_norm_eps))
-        x = rms_norm(x, self.weights.norm, config.rms_norm_eps)
+        return self.head(self.hidden(token_ids))
+
+    def head(self, x: np.ndarray) -> np.ndarray:
+        """Float32 logits of final hidden states (rows, hidden_size)."""
         head = self.weights.head
         return np.concatenate(
             [_linear(x, head[i : i + _HEAD_ROWS]) for i in range(0, head.shape[0], _HEAD_ROWS)],
             axis=-1,
         )
 
+    def hidden(self, token_ids: Sequence[int], cache: KVCache | None = None) -> np.ndarray:
+        """The final-normed float32 hidden states (len(token_ids), hidden_size)
+        of `token_ids` at the positions after those `cache` holds (from 0
+        without one); their keys and values are appended to `cache`."""
+        config = self.config
+        ids = np.asarray(token_ids)
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(
+                f"Oracle: token_ids must be a non-empty 1-D sequence of ints, got {ids!r}"
+            )
+        if ids.min() < 0 or ids.max() >= config.vocab_size:
+            raise ValueError(
+                f"Oracle: token ids must lie in [0, {config.vocab_size}), "
+                f"got min {ids.min()} max {ids.max()}"
+            )
+        start = 0 if cache is None else cache.length
+        if start + ids.size > config.max_position_embeddings:
+            raise ValueError(
+                f"Oracle: {start + ids.size} tokens exceed max_position_embeddings={config.max_position_embeddings}"
+            )
+        positions = np.arange(start, start + ids.size, dtype=np.float32)
+        angles = positions[:, None] * self.inv_freq[None, :]
+        angles = np.concatenate([angles, angles], axis=-1)
+        cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+        x = self.weights.embedding[ids].astype(np.float32)
+        for index, layer in enumerate(self.weights.layers):
+            h = rms_norm(x, layer.input_norm, config.rms_norm_eps)
+            x = x + self._attention(layer, h, cos, sin, cache, index)
+            x = x + self._mlp(layer, rms_norm(x, layer.post_attention_norm, config.rms_norm_eps))
+        return rms_norm(x, self.weights.norm, config.rms_norm_eps)
+
     def _attention(
-        self, layer: LayerWeights, x: np.ndarray, cos: np.ndarray, sin: np.ndarray
+        self,
+        layer: LayerWeights,
+        x: np.ndarray,
+        cos: np.ndarray,
+        sin: np.ndarray,
+        cache: KVCache | None,
+        index: int,
     ) -> np.ndarray:
         config, n = self.config, x.shape[0]
         d = config.head_dim
@@ -121,11 +163,15 @@ class Oracle:
         v = _linear(x, layer.v).reshape(n, config.num_key_value_heads, d)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        # (heads, n, d): query head h uses kv head h // group_size (contiguous groups)
+        if cache is not None:  # the cached positions come first
+            k, v = cache.extend(index, k, v)
+        start = k.shape[0] - n
+        # (heads, positions, d): query head h uses kv head h // group_size (contiguous groups)
         group = np.arange(config.num_attention_heads) // config.group_size
         q, k, v = q.transpose(1, 0, 2), k.transpose(1, 0, 2)[group], v.transpose(1, 0, 2)[group]
         scores = (q @ k.transpose(0, 2, 1)) * np.float32(d**-0.5)
-        scores = np.where(np.tri(n, dtype=bool), scores, -np.inf)
+        # query i (at position start + i) sees keys 0..start + i
+        scores = np.where(np.tri(n, start + n, start, dtype=bool), scores, -np.inf)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         weights = scores / scores.sum(axis=-1, keepdims=True)
         context = (weights @ v).transpose(1, 0, 2).reshape(n, config.num_attention_heads * d)
@@ -139,22 +185,28 @@ class Oracle:
 
 
 class OracleModel:
-    """The `checks.CausalLM` protocol over an `Oracle`, recomputing every
-    position on each call (no cache: exact, and slow for long sequences)."""
+    """The `checks.CausalLM` protocol over an `Oracle` with a KV cache: a
+    prefill runs the prompt once and each decode one position (the head only
+    for the last row), so a check over a 1B checkpoint costs one pass over
+    the weights per step rather than one per position."""
 
     def __init__(self, oracle: Oracle):
         self.oracle = oracle
-        self._tokens: list[int] = []
+        self._cache: KVCache | None = None
+
+    @property
+    def length(self) -> int:
+        """Tokens in the current sequence (0 before prefill)."""
+        return 0 if self._cache is None else self._cache.length
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
-        self._tokens = [int(t) for t in token_ids]
-        return self.oracle.logits(self._tokens)[-1]
+        self._cache = KVCache(len(self.oracle.weights.layers))
+        return self.oracle.head(self.oracle.hidden(token_ids, self._cache)[-1:])[0]
 
     def decode(self, token_id: int) -> np.ndarray:
-        if not self._tokens:
+        if self._cache is None:
             raise RuntimeError("OracleModel.decode: call prefill first")
-        self._tokens.append(int(token_id))
-        return self.oracle.logits(self._tokens)[-1]
+        return self.oracle.head(self.oracle.hidden([int(token_id)], self._cache))[0]
 
     def reset(self) -> None:
-        self._tokens = []
+        self._cache = None

@@ -21,20 +21,21 @@ import numpy as np
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
-from iron.llama.checkpoint import LazyTensor, write_safetensors
+from iron.llama.checkpoint import Checkpoint, LazyTensor, write_safetensors
 from iron.llama.config import Llama3RopeScaling, LlamaConfig
 from iron.llama.weights import LlamaWeights
 
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 TOKENIZER_VOCAB = 512
 PRESETS: dict[str, dict[str, int]] = {
+    # the smallest shapes the IRON graph takes: MHA's heads are 64 wide
     "tiny": dict(
-        hidden_size=64,
+        hidden_size=256,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
+        head_dim=64,
+        intermediate_size=512,
         vocab_size=TOKENIZER_VOCAB,
     ),
     # Llama 3.2 1B's dimensions
@@ -161,10 +162,47 @@ def make_synthetic(
     tokenizer = train_tokenizer()
     _write_text(directory / "tokenizer.json", tokenizer.to_str(pretty=True))
     write_safetensors(
-        directory / "model.safetensors", synthetic_tensors(config, seed), progress=progress
+        directory / "model.safetensors",
+        synthetic_tensors(config, seed),
+        metadata=_metadata(preset, layers, seed),
+        progress=progress,
     )
     _write_text(directory / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
     return directory
+
+
+def _metadata(preset: str, layers: int | None, seed: int) -> dict[str, str]:
+    recipe = {"preset": preset, "layers": layers, "seed": seed}
+    return {"format": "pt", "iron.synthetic": json.dumps(recipe, sort_keys=True)}
+
+
+def ensure_synthetic(
+    directory: str | Path,
+    preset: str = "tiny",
+    layers: int | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> bool:
+    """Make sure `directory` holds the synthetic model of these arguments,
+    writing it (`make_synthetic`) when it is missing, incomplete, corrupt or
+    another recipe. Returns whether it was written."""
+    directory = Path(directory)
+    config = synthetic_config(preset, layers)
+    try:
+        # opening validates every header entry against the file's size
+        with Checkpoint.open(directory) as checkpoint:
+            complete = (
+                LlamaConfig.from_file(directory) == config
+                and (directory / "tokenizer.json").is_file()
+                and len(checkpoint.files) == 1
+                and checkpoint.files[0].metadata == _metadata(preset, layers, seed)
+                and set(checkpoint) == set(LlamaWeights.expected_shapes(config))
+            )
+    except (ValueError, OSError):
+        complete = False
+    if not complete:
+        make_synthetic(directory, preset, layers, seed, progress)
+    return not complete
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -51,6 +51,12 @@ _LAYER_TENSORS = {
 }
 
 
+def layer_tensor_name(layer: int, field: str) -> str:
+    """The checkpoint name of a `LayerWeights` field: (3, "q") ->
+    "model.layers.3.self_attn.q_proj.weight"."""
+    return f"model.layers.{layer}.{_LAYER_TENSORS[field]}"
+
+
 @dataclass(frozen=True)
 class LlamaWeights:
     """All weights of a Llama model; `head is embedding` when the config ties them."""
@@ -78,8 +84,8 @@ class LlamaWeights:
         }
         shapes = {"model.embed_tokens.weight": (config.vocab_size, hidden)}
         for i in range(config.num_hidden_layers):
-            for field, suffix in _LAYER_TENSORS.items():
-                shapes[f"model.layers.{i}.{suffix}"] = per_layer[field]
+            for field in _LAYER_TENSORS:
+                shapes[layer_tensor_name(i, field)] = per_layer[field]
         shapes["model.norm.weight"] = (hidden,)
         if not config.tie_word_embeddings:
             shapes["lm_head.weight"] = (config.vocab_size, hidden)
@@ -122,10 +128,7 @@ class LlamaWeights:
         embedding = checkpoint["model.embed_tokens.weight"]
         layers = tuple(
             LayerWeights(
-                **{
-                    field: checkpoint[f"model.layers.{i}.{suffix}"]
-                    for field, suffix in _LAYER_TENSORS.items()
-                }
+                **{field: checkpoint[layer_tensor_name(i, field)] for field in _LAYER_TENSORS}
             )
             for i in range(config.num_hidden_layers)
         )

@@ -7,7 +7,7 @@ parts.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 import numpy as np
@@ -156,6 +156,18 @@ class CacheReader(Operator):
                 "positions (or None for all)"
             )
         return int(valid)
+
+
+# ---- references ----------------------------------------------------------------------
+
+
+def row_blocks(rows: int, row_bytes: int, budget: int) -> Iterator[slice]:
+    """Consecutive slices of `rows` holding at most `budget` bytes each (at
+    least one row): how a reference upcasts a bf16 weight to float32 a block
+    at a time, so its host memory is bounded by the block, not the weight
+    (a 128256 x 2048 output head would take a 1 GiB temporary)."""
+    step = max(1, budget // max(1, row_bytes))
+    return (slice(start, start + step) for start in range(0, rows, step))
 
 
 # ---- tolerance -----------------------------------------------------------------------

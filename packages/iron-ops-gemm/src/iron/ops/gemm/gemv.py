@@ -14,11 +14,16 @@ from iron.ops.gemm.common import (
     mean_abs,
     most_columns,
     product_tolerance,
+    row_blocks,
     vector_width,
 )
 
 #: a matvec core's stack
 STACK_BYTES = 1024
+#: float32 bytes of A the reference upcasts at once: A is read once, so a
+#: block that stays in cache is fastest (1 MiB measured 2.3x faster than the
+#: whole 128256 x 2048 head, and takes 1 MiB instead of 1 GiB)
+UPCAST_BYTES = 1 << 20
 
 
 def core_buffers(K: int, tile_size_input: int, tile_size_output: int) -> dict[str, int]:
@@ -124,7 +129,10 @@ class GEMV(Operator):
         }
 
     def reference(self, A, x):
-        y = np.matmul(A.astype(np.float32), x.astype(np.float32)[..., None])[..., 0]
+        x = x.astype(np.float32)[..., None]
+        y = np.empty(A.shape[:-1], np.float32)
+        for rows in row_blocks(self.M, 4 * self.K * self.num_batches, UPCAST_BYTES):
+            y[..., rows] = np.matmul(A[..., rows, :].astype(np.float32), x)[..., 0]
         return y.astype(bf16)
 
     def tolerance(self, device: Device | None = None, *, a=None, x=None) -> Tolerance:

@@ -1,0 +1,321 @@
+"""`Model`: a Llama checkpoint running as one IRON graph function.
+
+    model = Model.from_pretrained("llama-3.2-1b")       # read, compile, upload
+    logits = model.prefill(model.tokenizer.prompt("The capital of France is"))
+    logits = model.decode(int(logits.argmax()))          # one more position
+
+Prefill starts a sequence at position 0 (whatever came before is
+forgotten); decode appends one token. Prompts run in buckets of 256 rows
+(GEMM takes whole 256-row blocks; MHA 64-row blocks per pipeline), so a
+prompt of n tokens runs the version of ceil(n / 256) * 256 rows, padded with
+zero rows. `from_pretrained` compiles the decode version and the first
+bucket before anything runs, so the arena is sized once in the common case;
+a longer prompt compiles its bucket when it first comes (logged), and the
+arena grows, keeping weights and caches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from iron.core import bf16
+from iron.dispatch.graph import PIECE_BYTES
+from iron.llama.checkpoint import Checkpoint
+from iron.llama.config import LlamaConfig
+from iron.llama.graph import graph_weights, llama_graph
+from iron.llama.metrics import Metrics, resident_bytes
+from iron.llama.sampling import Sampler
+from iron.llama.tokenizer import Tokenizer
+from iron.llama.weights import LlamaWeights
+from iron.ops.eltwise import angle_table
+
+log = logging.getLogger("iron.llama")
+
+#: prompt rows come in whole buckets: GEMM's M is 4 cores x 64-row tiles
+PREFILL_BUCKET = 256
+#: the cache length when none is asked for (IRON's runner uses the same)
+DEFAULT_MAX_SEQ_LEN = 2048
+#: DecodeAttention's Softmax holds a whole row of scores, one per cache position
+MAX_CACHE = 8192
+#: embedding rows gathered between releases of the mapping's pages (each row
+#: can fault in a 2 MiB folio)
+_GATHER_ROWS = 8
+
+
+def default_max_seq_len(config: LlamaConfig) -> int:
+    """2048 positions, or fewer when the model's context is shorter."""
+    fitting = config.max_position_embeddings // PREFILL_BUCKET * PREFILL_BUCKET
+    return min(DEFAULT_MAX_SEQ_LEN, fitting) or PREFILL_BUCKET
+
+
+def check_fits(prompt_tokens: int, new_tokens: int, max_seq_len: int) -> None:
+    """Refuse a generation whose prompt and new tokens exceed the cache."""
+    if prompt_tokens + new_tokens > max_seq_len:
+        raise ValueError(
+            f"the prompt of {prompt_tokens} tokens and {new_tokens} new tokens need "
+            f"{prompt_tokens + new_tokens} positions; max_seq_len is {max_seq_len} tokens "
+            "(shorten the prompt, ask for fewer tokens or raise max_seq_len)"
+        )
+
+
+def _bar(progress: bool | None, **kwargs) -> tqdm:
+    # progress None: a bar only on a terminal (tqdm's disable=None)
+    return tqdm(disable=None if progress is None else not progress, file=sys.stderr, **kwargs)
+
+
+class Model:
+    """Llama on IRON: the `CausalLM` protocol (`prefill`, `decode`, `reset`)
+    plus `generate` and `metrics`. Logits come back as float32 (vocab,)
+    from the graph's bf16.
+
+    `backend`: "reference", "sim", "npu" or "auto" (the best available;
+    ``$IRON_BACKEND`` overrides it); `max_seq_len`: positions the KV caches
+    hold, a multiple of 256 up to 8192 and the model's context (default:
+    2048 or the context); `device`: an iron-core `Device` or its name
+    (default npu2: MHA, the prefill attention, runs on npu2 only); `release`:
+    hands a checkpoint view's pages back to the kernel (`Checkpoint.release`),
+    called on every uploaded piece and on the embedding after each token
+    gather (one row faults in whole page-cache folios of the mapping, up to
+    2 MiB each: a 128-token prompt would otherwise keep 200 MB resident)."""
+
+    def __init__(
+        self,
+        config: LlamaConfig,
+        weights: LlamaWeights,
+        tokenizer: Tokenizer | None = None,
+        *,
+        backend: str = "auto",
+        max_seq_len: int | None = None,
+        device=None,
+        release: Callable[[np.ndarray], object] | None = None,
+    ):
+        max_seq_len = default_max_seq_len(config) if max_seq_len is None else max_seq_len
+        limit = min(MAX_CACHE, config.max_position_embeddings)
+        if (
+            isinstance(max_seq_len, bool)
+            or not isinstance(max_seq_len, int)
+            or max_seq_len < PREFILL_BUCKET
+            or max_seq_len % PREFILL_BUCKET
+            or max_seq_len > limit
+        ):
+            raise ValueError(
+                f"Model: max_seq_len={max_seq_len!r}: a multiple of {PREFILL_BUCKET} (the prompt "
+                f"bucket) from {PREFILL_BUCKET} to {limit} (the smaller of the decode "
+                f"attention's {MAX_CACHE} and the model's max_position_embeddings)"
+            )
+        self.config, self.weights, self.tokenizer = config, weights, tokenizer
+        self.release = release
+        self.max_seq_len = max_seq_len
+        self.forward = llama_graph(
+            config,
+            weights,
+            max_seq_len,
+            backend=None if backend == "auto" else backend,
+            device=device,
+        )
+        scaling = config.rope_scaling and dataclasses.asdict(config.rope_scaling)
+        positions = np.arange(max_seq_len)
+        table = angle_table(positions, config.head_dim, config.rope_theta, scaling)
+        self.angles = table.astype(bf16)  # rounded once; rows are sliced per call
+        self.position: int | None = None  # tokens in the cache; None: no sequence
+        self._load_seconds: float | None = None
+        self._ttft: float | None = None
+        self._decode_seconds: list[float] = []
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        backend: str = "auto",
+        max_seq_len: int | None = None,
+        device=None,
+        progress: bool | None = None,
+    ) -> Model:
+        """Read config.json, the safetensors and tokenizer.json of `path`,
+        compile the decode version and the first prompt bucket, and upload
+        the weights, handing each 64 MiB piece's pages back to the kernel.
+        `progress`: bars for compile and upload (None: only on a terminal)."""
+        started = time.perf_counter()
+        config = LlamaConfig.from_file(path)
+        checkpoint = Checkpoint.open(path)
+        weights = LlamaWeights.load(checkpoint, config)
+        model = cls(
+            config,
+            weights,
+            Tokenizer.from_pretrained(path),
+            backend=backend,
+            max_seq_len=max_seq_len,
+            device=device,
+            release=checkpoint.release,
+        )
+        model.compile(progress)
+        model.load(progress=progress)
+        model._load_seconds = time.perf_counter() - started
+        return model
+
+    # ---- building ----
+
+    def compile(self, progress: bool | None = None) -> None:
+        """Compile the decode version and the first prompt bucket."""
+        with _bar(progress, total=2, desc="compiling", unit="version") as bar:
+            for label, rows in (("decode", 1), (f"prefill {PREFILL_BUCKET}", PREFILL_BUCKET)):
+                bar.set_postfix_str(label)
+                self._version(rows)
+                bar.update()
+
+    def _version(self, rows: int) -> None:
+        hidden, head_dim = self.config.hidden_size, self.config.head_dim
+        self.forward.compile(x=((rows, hidden), bf16), angles=((rows, head_dim), bf16))
+
+    def load(
+        self,
+        release: Callable[[np.ndarray], object] | None = None,
+        piece_bytes: int = PIECE_BYTES,
+        progress: bool | None = None,
+    ) -> int:
+        """Upload the weights into the arena in pieces of at most
+        `piece_bytes`, calling ``release(piece)`` (default: the model's
+        `release`) after each. Returns the bytes uploaded."""
+        release = release or self.release
+        total = sum(a.nbytes for a in graph_weights(self.config, self.weights).values())
+        bar = _bar(
+            progress, total=total, desc="uploading", unit="B", unit_scale=True, unit_divisor=1024
+        )
+
+        def uploaded(piece: np.ndarray) -> None:
+            if release is not None:
+                release(piece)
+            bar.update(piece.nbytes)
+
+        with bar:
+            return self.forward.load(release=uploaded, piece_bytes=piece_bytes)
+
+    # ---- running ----
+
+    def prefill_rows(self, tokens: int) -> int:
+        """The rows of the prompt bucket that holds `tokens` tokens."""
+        return -(-tokens // PREFILL_BUCKET) * PREFILL_BUCKET
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Start a sequence with `token_ids` at positions 0..n-1; return the
+        float32 logits (vocab,) after the last of them."""
+        ids = self._check_ids("prefill", token_ids)
+        if len(ids) > self.max_seq_len:
+            raise ValueError(
+                f"Model.prefill: the prompt of {len(ids)} tokens does not fit "
+                f"max_seq_len={self.max_seq_len} tokens"
+            )
+        self.position = None
+        started = time.perf_counter()
+        rows = self.prefill_rows(len(ids))
+        x = np.zeros((rows, self.config.hidden_size), bf16)
+        x[: len(ids)] = self._embed(ids)
+        if not self._compiled(rows):
+            log.info("prefill of %d tokens: compiling the %d-row version", len(ids), rows)
+        logits = self.forward(x, self.angles[:rows], pos=0, last=len(ids) - 1)
+        logits = logits.astype(np.float32)
+        self._ttft, self._decode_seconds = time.perf_counter() - started, []
+        self.position = len(ids)
+        return logits
+
+    def decode(self, token_id: int) -> np.ndarray:
+        """Append `token_id` at the next position; return the float32 logits
+        (vocab,) after it."""
+        if self.position is None:
+            raise RuntimeError("Model.decode: no sequence to extend; call prefill first")
+        pos = self.position
+        if pos >= self.max_seq_len:
+            raise ValueError(
+                f"Model.decode: the sequence already holds {pos} tokens, all of "
+                f"max_seq_len={self.max_seq_len}"
+            )
+        ids = self._check_ids("decode", [token_id])
+        started = time.perf_counter()
+        logits = self.forward(self._embed(ids), self.angles[pos : pos + 1], pos=pos, last=0)
+        logits = logits.astype(np.float32)
+        self._decode_seconds.append(time.perf_counter() - started)
+        self.position = pos + 1
+        return logits
+
+    def reset(self) -> None:
+        """Forget the sequence. Nothing needs clearing: a prefill overwrites
+        every cache row it reads, and a decode writes its row before reading."""
+        self.position = None
+
+    def generate(
+        self,
+        token_ids: Sequence[int],
+        num_tokens: int,
+        sampler: Sampler,
+        on_token: Callable[[int], object] | None = None,
+        stop_tokens: Sequence[int] | None = None,
+    ) -> list[int]:
+        """Prefill `token_ids`, then draw up to `num_tokens` tokens with
+        `sampler`, calling `on_token(id)` as each is drawn; stops early after
+        a token of `stop_tokens` (default: the config's EOS ids). Refuses, before
+        any work, a prompt that does not fit max_seq_len with the new tokens."""
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
+            raise ValueError(f"Model.generate: num_tokens={num_tokens!r} must be at least 1")
+        try:
+            check_fits(len(token_ids), num_tokens, self.max_seq_len)
+        except ValueError as error:
+            raise ValueError(f"Model.generate: {error}") from None
+        stop = set(self.config.eos_token_ids if stop_tokens is None else stop_tokens)
+        logits = self.prefill(token_ids)
+        drawn: list[int] = []
+        while True:
+            drawn.append(sampler(logits))
+            if on_token is not None:
+                on_token(drawn[-1])
+            if len(drawn) == num_tokens or drawn[-1] in stop:
+                return drawn
+            logits = self.decode(drawn[-1])
+
+    @property
+    def metrics(self) -> Metrics:
+        """Load time, the last prefill's time to first token, its decode
+        steps' speed, and resident memory now."""
+        peak, steady = resident_bytes()
+        return Metrics(
+            backend=self.forward.backend.name,
+            load_seconds=self._load_seconds,
+            ttft_seconds=self._ttft,
+            decode_seconds=tuple(self._decode_seconds),
+            peak_rss_bytes=peak,
+            steady_rss_bytes=steady,
+        )
+
+    def _embed(self, ids: list[int]) -> np.ndarray:
+        """The embedding rows of `ids`: a host gather from the checkpoint, its
+        pages handed back every few rows so they never pile up."""
+        embedding = self.weights.embedding
+        rows = np.empty((len(ids), embedding.shape[1]), embedding.dtype)
+        for start in range(0, len(ids), _GATHER_ROWS):
+            rows[start : start + _GATHER_ROWS] = embedding[ids[start : start + _GATHER_ROWS]]
+            if self.release is not None:
+                self.release(embedding)
+        return rows
+
+    def _compiled(self, rows: int) -> bool:
+        return any(signature[0][1][0] == rows for signature in self.forward.versions)
+
+    def _check_ids(self, method: str, token_ids: Sequence[int]) -> list[int]:
+        ids = np.asarray(token_ids)
+        vocab = self.config.vocab_size
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(
+                f"Model.{method}: token ids must be a non-empty 1-D sequence of ints, got {token_ids!r}"
+            )
+        if ids.min() < 0 or ids.max() >= vocab:
+            raise ValueError(
+                f"Model.{method}: token ids must lie in [0, {vocab}), got min {ids.min()} max {ids.max()}"
+            )
+        return ids.tolist()

@@ -1,0 +1,34 @@
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "decode.py"
+
+
+def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--model-dir", str(tmp_path / "tiny")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [
+        line.split("|")[1].strip() for line in result.stdout.splitlines() if line.startswith("| ")
+    ]
+    assert rows == [
+        "measure",
+        "load (read, compile, upload)",
+        "time to first token (16-token prompt)",
+        "decode (4 steps)",
+        "peak RSS (VmHWM)",
+        "steady RSS (VmRSS)",
+    ]
+    assert re.search(
+        r"decode \(4 steps\) \| [\d.]+ tokens/s \| [\d.]+ tokens/s \| [\d.]+x", result.stdout
+    )
+    mean, agree = re.search(
+        r"KL\(oracle \|\| graph\) mean ([\d.e+-]+).*agrees at (\d+)/5", result.stdout
+    ).groups()
+    assert 0 < float(mean) < 0.02 and int(agree) >= 4

@@ -1,0 +1,125 @@
+import numpy as np
+
+from iron.llama import Model, Oracle, OracleModel, Tokenizer
+from iron.llama.cli import demo_dir, main, paragraphs, printable
+
+
+def run(capsys, *argv):
+    """(exit code, stdout, stderr) of one command; argparse exits count too."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_demo_end_to_end_in_a_fresh_cache(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("IRON_CACHE_HOME", str(tmp_path))
+    assert demo_dir() == tmp_path / "models" / "tiny"
+    code, out, _ = run(capsys, "demo", "--num-tokens", "12")
+    assert code == 0
+    assert f"written to {demo_dir()}" in out
+    assert "random (seed 0)" in out and "gibberish by design" in out
+    assert "Iron is the fourth most common element" in out
+    for row in ("backend", "time to first token", "decode", "peak RSS", "steady RSS"):
+        assert row in out
+    assert "accuracy over 40 teacher-forced steps: PASS" in out and "top-1 mismatches" in out
+    assert (demo_dir() / "config.json").is_file()
+
+    code, again, _ = run(capsys, "demo", "--num-tokens", "12")
+    assert code == 0 and f"cached in {demo_dir()}" in again
+    # the same seed, the same text
+    assert again.split("\n\n")[1] == out.split("\n\n")[1]
+
+    weights = demo_dir() / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])  # truncated: rebuilt, not served
+    code, out, _ = run(capsys, "demo", "--num-tokens", "4")
+    assert code == 0 and f"written to {demo_dir()}" in out
+
+
+def test_generate_streams_the_prompt_and_its_continuation(tiny_dir, capsys):
+    text = "Iron alone is soft."
+    ids = Tokenizer.from_pretrained(tiny_dir).prompt(text)
+    oracle = OracleModel(Oracle.from_pretrained(tiny_dir))
+    logits = oracle.prefill(ids)
+    greedy = [int(np.argmax(logits))]
+    for _ in range(4):
+        greedy.append(int(np.argmax(oracle.decode(greedy[-1]))))
+    code, out, err = run(
+        capsys, "generate", "--model", tiny_dir, "--prompt", text, "--num-tokens", 5,
+        "--temperature", 0, "--backend", "reference",
+    )  # fmt: skip
+    assert code == 0
+    continuation = Tokenizer.from_pretrained(tiny_dir).decode(greedy)
+    assert out == text + printable(continuation) + "\n"
+    assert "backend" in err and "reference" in err and "time to first token" in err
+
+
+def test_generate_from_a_prompt_file_with_sampling(tiny_dir, tmp_path, capsys):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Carbon makes it hard.", encoding="utf-8")
+    argv = ("generate", "--model", tiny_dir, "--prompt-file", prompt, "--seed", 3)
+    code, first, _ = run(capsys, *argv, "--num-tokens", 6)
+    assert code == 0 and first.startswith("Carbon makes it hard.")
+    assert run(capsys, *argv, "--num-tokens", 6)[1] == first  # seeded: the same draws
+
+
+def test_a_prompt_that_does_not_fit_fails_before_loading(tiny_dir, monkeypatch, capsys):
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(Model, "from_pretrained", never)
+    text = paragraphs()[0]
+    tokens = len(Tokenizer.from_pretrained(tiny_dir).prompt(text))
+    code, _, err = run(
+        capsys, "generate", "--model", tiny_dir, "--prompt", text, "--num-tokens", 200,
+        "--max-seq-len", 256,
+    )  # fmt: skip
+    assert code == 2
+    assert (
+        f"iron-llama generate: error: the prompt of {tokens} tokens and 200 new tokens need "
+        f"{tokens + 200} positions; max_seq_len is 256 tokens" in err
+    )
+
+
+def test_check_accuracy_passes_and_fails_an_impossible_bound(tiny_dir, capsys):
+    code, out, _ = run(capsys, "check-accuracy", "--model", tiny_dir, "--steps", 10)
+    assert code == 0
+    assert "backend sim" in out and "accuracy over 10 teacher-forced steps: PASS" in out
+    code, out, _ = run(capsys, "check-accuracy", "--model", tiny_dir, "--steps", 10,
+                       "--max-kl", 0)  # fmt: skip
+    assert code == 1
+    assert "FAIL" in out and "failed: max (step" in out and "> 0" in out
+
+
+def test_check_determinism_passes_and_catches_a_perturbed_model(tiny_dir, monkeypatch, capsys):
+    code, out, _ = run(capsys, "check-determinism", "--model", tiny_dir, "--rounds", 2)
+    assert code == 0 and "PASS, 0/2 runs differ bitwise" in out
+
+    decode = Model.decode
+    calls = iter(range(10**6))
+
+    def drifting(self, token_id):  # a state that leaks from one run into the next
+        return decode(self, token_id) + np.float32(1e-3 * next(calls))
+
+    monkeypatch.setattr(Model, "decode", drifting)
+    code, out, _ = run(capsys, "check-determinism", "--model", tiny_dir, "--rounds", 2)
+    assert code == 1 and "FAIL, 2/2 runs differ bitwise" in out
+    assert "prompt 0 round 1: logits differ from round 0 at step 1" in out
+
+
+def test_bad_input_exits_2_naming_the_rule(tiny_dir, tmp_path, capsys):
+    code, _, err = run(capsys, "check-determinism", "--model", tiny_dir, "--max-seq-len", 300)
+    assert code == 2 and "Model: max_seq_len=300: a multiple of 256" in err
+    code, _, err = run(capsys, "generate", "--model", tmp_path, "--prompt", "x")
+    assert code == 2 and "a model directory needs tokenizer.json" in err
+    code, _, err = run(capsys, "generate", "--model", tiny_dir, "--prompt", "x", "--top-k", -1)
+    assert code == 2 and "Sampler: top_k=-1 must be a positive integer" in err
+    code, _, err = run(capsys, "generate", "--model", tiny_dir)
+    assert code == 2 and "one of the arguments --prompt --prompt-file is required" in err
+
+
+def test_control_characters_are_shown_not_sent_to_the_terminal():
+    assert printable("a\x1b[2Jb\n\tc\x00") == "a␛[2Jb\n\tc␀"
+    assert printable("\x7f\x9b31m é鉄") == "␡\ufffd31m é鉄"
