@@ -8,11 +8,12 @@ step with it, else on top. It is fast and lands within a few per mille of the
 lower bound on real traces, but 30-40% above it on hard synthetic cases. No
 single order wins everywhere, so "best" runs several orders (size, conflict,
 distance from the peak step, begin, end, lifetime, area; each with best fit
-and first fit), compacts each layout (see `_Search.compact`), then spends
-some rounds promoting the top layer of the best orders and trying jittered
-orders, and keeps the smallest arena. Plain greedy is its first candidate and
-a later one must be strictly smaller to replace it, so "best" is never worse
-than "greedy".
+and first fit), also lays each order out bottom-up on a skyline (see
+`skyline.py`: far better on hard synthetic cases), compacts each layout (see
+`_Search.compact`), then spends some rounds promoting the top layer of the
+best greedy orders and trying jittered orders, and keeps the smallest arena.
+Plain greedy is its first candidate and a later one must be strictly smaller
+to replace it, so "best" is never worse than "greedy".
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ import numpy as np
 
 from .greedy import greedy_offsets
 from .liveness import LiveRange, load_profile
+from .skyline import skyline_offsets
 
 STRATEGIES = ("auto", "greedy", "best")
 BEST_AUTO_LIMIT = 1000
 """`strategy="auto"` runs "best" up to this many buffers, plain greedy above."""
 BEST_FULL_LIMIT = 5000
-"""Above this many buffers "best" tries only `_LARGE_ORDERS` and no improvement rounds."""
+"""Above this many buffers "best" tries only `_LARGE_ORDERS`, no skyline, no improvement rounds."""
 BEST_WORK = 20_000_000
 """Improvement rounds of "best" for n buffers: min(96, BEST_WORK // n**2)."""
 _IMPROVE_ROUNDS = 96
@@ -272,6 +274,12 @@ class _Search:
             for _, label, _, best_fit, offsets in tried[:_LARGE_COMPACTED]:
                 self.compact(offsets, f"{label}/{_fit(best_fit)}", _LARGE_COMPACT_PASSES)
             return
+        for label, order in orders.items():  # the same orders, laid out bottom-up
+            offsets = skyline_offsets(
+                self.begin, self.end, self.size, order, self.alignment, *self.fixed
+            )
+            self._keep(offsets, f"{label}/skyline")
+            self.compact(offsets, f"{label}/skyline", _COMPACT_PASSES)
         starts = sorted(
             (
                 (
