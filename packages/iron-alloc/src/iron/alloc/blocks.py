@@ -54,6 +54,15 @@ def _merged(union: np.ndarray, more: np.ndarray) -> np.ndarray:
     return merged
 
 
+def distinct_steps(begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of both arrays (sorting beats np.unique's hashing here)."""
+    steps = np.concatenate((begin, end))
+    steps.sort()
+    keep = np.ones(len(steps), bool)
+    keep[1:] = steps[1:] != steps[:-1]
+    return steps[keep]
+
+
 def _blocks(begin: np.ndarray, end: np.ndarray, steps: int) -> np.ndarray:
     """Block of each step: about BLOCK_EVENTS events a block, heavy steps alone."""
     events = np.bincount(begin, minlength=steps) + np.bincount(end, minlength=steps)
@@ -86,7 +95,7 @@ def blocked_offsets(
     held = base.shape[1]
 
     # from here a buffer is its position in `order`, a step its rank
-    steps = np.unique(np.concatenate((begin[order], end[order])))
+    steps = distinct_steps(begin[order], end[order])
     c0 = np.searchsorted(steps, begin[order])
     c1 = np.searchsorted(steps, end[order])
     block = _blocks(c0, c1, len(steps))
@@ -149,7 +158,7 @@ def blocked_offsets(
     ]
 
     result = [0] * n
-    concatenate, unsigned = np.concatenate, np.uint64
+    concatenate, compress, unsigned = np.concatenate, np.compress, np.uint64
     for p, (bx, by, starts_x, ends_y, t0, e_lo, b_lo, b_hi, y_lo, y_hi, s, js, je) in enumerate(
         plans
     ):
@@ -174,11 +183,11 @@ def blocked_offsets(
             if starts_x:
                 parts.append(slots[:, b_lo:b_hi])
             else:
-                parts.append(slots[:, b_lo:b_hi][:, slot_end[b_lo:b_hi] >= t0])
+                parts.append(compress(slot_end[b_lo:b_hi] >= t0, slots[:, b_lo:b_hi], axis=1))
         else:
             lo, hi = bx, by + 1
             if not starts_x:
-                parts.append(slots[:, b_lo:b_hi][:, slot_end[b_lo:b_hi] >= t0])
+                parts.append(compress(slot_end[b_lo:b_hi] >= t0, slots[:, b_lo:b_hi], axis=1))
                 lo += 1
             if not ends_y:
                 parts.append(slots[:, y_lo:y_hi])

@@ -116,15 +116,23 @@ def place(
     if alignment < 1:
         raise ValueError(f"place: alignment must be >= 1, got {alignment}")
     names = sorted(ranges)
-    for name in names:
-        if not isinstance(ranges[name], LiveRange):
-            raise TypeError(
-                f"place: range of {name!r} must be a LiveRange, got {type(ranges[name]).__name__}"
-            )
-        if name not in sizes:
-            raise ValueError(f"place: no size given for buffer {name!r}")
-        if _index("place", f"size of {name!r}", sizes[name]) < 0:
-            raise ValueError(f"place: size of {name!r} must be >= 0, got {sizes[name]}")
+    live = [ranges[name] for name in names]
+    size_list = [sizes.get(name) for name in names]
+    # one pass in C over the common case; the loop below finds the culprit otherwise
+    if not (
+        all(type(r) is LiveRange for r in live)
+        and all(type(s) is int for s in size_list)
+        and min(size_list, default=0) >= 0
+    ):
+        for name, r, s in zip(names, live, size_list, strict=True):
+            if not isinstance(r, LiveRange):
+                raise TypeError(
+                    f"place: range of {name!r} must be a LiveRange, got {type(r).__name__}"
+                )
+            if name not in sizes:
+                raise ValueError(f"place: no size given for buffer {name!r}")
+            if _index("place", f"size of {name!r}", s) < 0:
+                raise ValueError(f"place: size of {name!r} must be >= 0, got {s}")
     fixed = tuple(fixed)
     for allocation in fixed:
         if not isinstance(allocation, Allocation):
@@ -138,9 +146,9 @@ def place(
             )
 
     n = len(names)
-    begin = np.fromiter((ranges[k].begin for k in names), np.int64, n)
-    end = np.fromiter((ranges[k].end for k in names), np.int64, n)
-    size = np.fromiter((sizes[k] for k in names), np.int64, n)
+    begin = np.fromiter(map(operator.attrgetter("begin"), live), np.int64, n)
+    end = np.fromiter(map(operator.attrgetter("end"), live), np.int64, n)
+    size = np.fromiter(map(operator.index, size_list), np.int64, n)
     fixed_offset = np.array([f.offset for f in fixed if f.size > 0], np.int64)
     fixed_end = np.array([f.end for f in fixed if f.size > 0], np.int64)
     fixed_top = max((f.end for f in fixed), default=0)

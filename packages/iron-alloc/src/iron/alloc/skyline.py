@@ -17,6 +17,8 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
+from .blocks import distinct_steps
+
 
 def skyline_offsets(
     begin: np.ndarray,
@@ -37,7 +39,7 @@ def skyline_offsets(
     offsets = np.zeros(len(size), np.int64)
     if len(priority) == 0:
         return offsets
-    steps = np.unique(np.concatenate((begin[priority], end[priority])))
+    steps = distinct_steps(begin[priority], end[priority])
     first = np.searchsorted(steps, begin[priority])
     last = np.searchsorted(steps, end[priority])
     by_first = np.argsort(first, kind="stable")  # ranks in `priority`, by first step
