@@ -38,7 +38,7 @@ BEST_WORK = 20_000_000
 """Improvement rounds of "best" for n buffers: min(96, BEST_WORK // n**2)."""
 _IMPROVE_ROUNDS = 96
 _LARGE_ORDERS = ("size", "peak", "conflict", "lifetime")
-_LARGE_COMPACTED = 2  # large instances: how many of the best layouts get compacted
+_LARGE_COMPACTED = 2  # how many of the best layouts get compacted when there are many buffers
 _LARGE_COMPACT_PASSES = 4
 _IMPROVE_STARTS = 3  # the best orders that the improvement rounds start from
 _COMPACT_PASSES = 3
@@ -282,11 +282,16 @@ class _Search:
             for _, label, _, best_fit, offsets in tried[:_LARGE_COMPACTED]:
                 self.compact(offsets, f"{label}/{_fit(best_fit)}", _LARGE_COMPACT_PASSES)
             return
-        for label, order in orders.items():  # the same orders, laid out bottom-up
+        skylines = []  # the same orders, laid out bottom-up
+        for label, order in orders.items():
             offsets = skyline_offsets(
                 self.begin, self.end, self.size, order, self.alignment, *self.fixed
             )
             self._keep(offsets, f"{label}/skyline")
+            skylines.append((self.top(offsets), label, offsets))
+        skylines.sort(key=lambda item: item[0])  # stable: ties keep the listing order
+        compacted = len(skylines) if n <= BEST_AUTO_LIMIT else _LARGE_COMPACTED
+        for _, label, offsets in skylines[:compacted]:
             self.compact(offsets, f"{label}/skyline", _COMPACT_PASSES)
         starts = sorted(
             (

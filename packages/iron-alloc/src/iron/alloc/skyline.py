@@ -13,6 +13,7 @@ on hard synthetic cases (minimalloc) that beats every greedy order.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right
 
 import numpy as np
@@ -44,31 +45,61 @@ def skyline_offsets(
     last = np.searchsorted(steps, end[priority])
     by_first = np.argsort(first, kind="stable")  # ranks in `priority`, by first step
     firsts = first[by_first].tolist()
-    height = np.zeros(len(steps), np.int64)
+    first_step, last_step, sizes = first.tolist(), last.tolist(), size[priority].tolist()
     waiting = np.ones(len(priority), bool)
     fixed = sorted(zip(fixed_offset.tolist(), fixed_end.tolist(), strict=True))
     a = alignment
-    for _ in range(len(priority)):
-        while True:
-            low = int(height.argmin())
-            floor = int(height[low])
-            other = height != floor
-            lo = low - int(other[low::-1].argmax()) + 1 if other[:low].any() else 0
-            hi = low + int(other[low:].argmax()) - 1 if other[low:].any() else len(steps) - 1
-            # candidates: waiting buffers whose range lies inside [lo, hi]
-            window = by_first[bisect_left(firsts, lo) : bisect_right(firsts, hi)]
+    # the skyline as maximal runs of equal height: run k covers steps
+    # starts[k] .. starts[k + 1] - 1 at heights[k] (the last entry closes the
+    # list); a heap of (height, start) finds the lowest, leftmost run
+    starts, heights = [0, len(steps)], [0, None]
+    lowest = [(0, 0)]
+
+    def settle(k: int) -> None:
+        """Merge run k with neighbours of its height and queue the result."""
+        if k + 2 < len(starts) and heights[k + 1] == heights[k]:
+            del starts[k + 1], heights[k + 1]
+        if k > 0 and heights[k - 1] == heights[k]:
+            del starts[k], heights[k]
+            k -= 1
+        heapq.heappush(lowest, (heights[k], starts[k]))
+
+    placed = 0
+    while placed < len(priority):
+        floor, lo = heapq.heappop(lowest)
+        k = bisect_left(starts, lo)
+        if starts[k] != lo or heights[k] != floor:
+            continue  # that run changed after it was queued
+        hi = starts[k + 1] - 1
+        window = by_first[bisect_left(firsts, lo) : bisect_right(firsts, hi)]
+        if len(window):
             window = window[waiting[window] & (last[window] <= hi)]
-            if len(window):
-                break
-            neighbours = [int(height[s]) for s in (lo - 1, hi + 1) if 0 <= s < len(steps)]
-            height[lo : hi + 1] = min(neighbours)
+        if not len(window):  # nothing fits: raise the run to its lower neighbour
+            heights[k] = min(heights[j] for j in (k - 1, k + 1) if 0 <= j < len(starts) - 1)
+            settle(k)
+            continue
         rank = int(window.min())
         waiting[rank] = False
-        buffer, s = int(priority[rank]), int(size[priority[rank]])
+        placed += 1
+        s = sizes[rank]
         offset = -(-floor // a) * a
         for start, stop in fixed:  # sorted by start: step over each one in the way
             if offset < stop and start < offset + s:
                 offset = -(-stop // a) * a
-        offsets[buffer] = offset
-        height[first[rank] : last[rank] + 1] = offset + s
+        offsets[priority[rank]] = offset
+        # run k becomes [lo, since) at the floor, the buffer's steps on top of
+        # it, and (until, hi] at the floor
+        since, until = first_step[rank], last_step[rank]
+        if until < hi:
+            starts.insert(k + 1, until + 1)
+            heights.insert(k + 1, floor)
+            heapq.heappush(lowest, (floor, until + 1))
+        if since > lo:
+            starts.insert(k + 1, since)
+            heights.insert(k + 1, offset + s)
+            heapq.heappush(lowest, (floor, lo))
+            k += 1
+        else:
+            heights[k] = offset + s
+        settle(k)
     return offsets
