@@ -36,7 +36,7 @@ import numpy as np
 
 BLOCK_EVENTS = 512
 """Begin and end events per block: more means fewer cache updates and longer slot scans."""
-_PENDING = 32  # a `begun` node merges its pending buffers once it has more than this
+_PENDING = 8  # a `begun` node merges its pending buffers once it has more than this
 _EMPTY = np.zeros((2, 0), np.int64)
 _BASE = np.zeros((2, 2), np.int64)  # two empty intervals: the lowest gap starts at 0
 
@@ -192,19 +192,25 @@ def blocked_offsets(
             if not ends_y:
                 parts.append(slots[:, y_lo:y_hi])
                 hi -= 1
-            j = 0
+            runs, j = [], 0
             while lo < hi:  # the aligned runs covering blocks lo..hi-1
-                for i in (lo,) * (lo & 1) + (hi - 1,) * (hi & 1):
-                    waiting = pending[j][i]
-                    if len(waiting) > _PENDING:
-                        begun[j][i] = _merged(begun[j][i], slots[:, waiting])
-                        waiting.clear()
-                    elif waiting:
-                        parts.append(slots[:, waiting])
-                    parts.append(begun[j][i])
-                lo = (lo + 1) >> 1
+                if lo & 1:
+                    runs.append((j, lo))
+                    lo += 1
+                if hi & 1:
+                    hi -= 1
+                    runs.append((j, hi))
+                lo >>= 1
                 hi >>= 1
                 j += 1
+            for j, i in runs:
+                waiting = pending[j][i]
+                if len(waiting) > _PENDING:
+                    begun[j][i] = _merged(begun[j][i], slots[:, waiting])
+                    waiting.clear()
+                elif waiting:
+                    parts.append(slots[:, waiting])
+                parts.append(begun[j][i])
         union = concatenate(parts, axis=1)
         union.sort(axis=1)
         ends = union[1]
