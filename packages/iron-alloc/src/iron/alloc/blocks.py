@@ -32,6 +32,9 @@ gap; ends are stored aligned up, so each such end is the gap's offset.
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
+
 import numpy as np
 
 BLOCK_EVENTS = 512
@@ -39,6 +42,19 @@ BLOCK_EVENTS = 512
 _PENDING = 8  # a `begun` node merges its pending buffers once it has more than this
 _EMPTY = np.zeros((2, 0), np.int64)
 _BASE = np.zeros((2, 2), np.int64)  # two empty intervals: the lowest gap starts at 0
+
+
+@contextmanager
+def _no_cycle_collection():
+    """The loop makes a few small containers per buffer and keeps big lists
+    alive; the cycle collector would walk those lists again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _merged(union: np.ndarray, more: np.ndarray) -> np.ndarray:
@@ -84,6 +100,13 @@ def blocked_offsets(
     best_fit: bool = True,
 ) -> np.ndarray:
     """Same contract and result as `greedy.greedy_offsets`, built for many buffers."""
+    with _no_cycle_collection():
+        return _blocked_offsets(
+            begin, end, size, order, alignment, fixed_offset, fixed_end, best_fit
+        )
+
+
+def _blocked_offsets(begin, end, size, order, alignment, fixed_offset, fixed_end, best_fit):
     n = len(order)
     offsets = np.zeros(len(size), np.int64)
     if n == 0:
