@@ -118,7 +118,7 @@ def place(
     names = sorted(ranges)
     live = [ranges[name] for name in names]
     size_list = [sizes.get(name) for name in names]
-    # one pass in C over the common case; the loop below finds the culprit otherwise
+    # a quick pass for the common case (LiveRanges, plain ints); the loop names any culprit
     if not (
         all(type(r) is LiveRange for r in live)
         and all(type(s) is int for s in size_list)
