@@ -3,6 +3,12 @@
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: takes more than a few seconds (run by the slow session)"
+    )
+
+
 def _reference_greedy(ranges, sizes, alignment=1):
     """A deliberately plain greedy-by-size best-fit planner (TFLite's
     GreedyBySizeAssignment as published), to check the fast one against."""

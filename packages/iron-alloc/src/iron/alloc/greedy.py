@@ -3,11 +3,18 @@ buffers already placed that share a step with it.
 
 This is the inner loop of every strategy, so it works on integer arrays
 (buffer i is live on steps `begin[i]..end[i]` and needs `size[i]` bytes) and
-is built for speed. Placed buffers are indexed by time: buffers are grouped by
-lifetime (powers of `_LIFE_RATIO`) and sorted by begin inside a group, so the
-buffers that can overlap `[b, e]` in a group are one contiguous slice, those
-beginning in `[b - longest_life + 1, e]`. A query reads only those slices, in
-plain Python when they are short and with numpy when they are long.
+is built for speed, with two indexes of the placed buffers:
+
+- the scan (here), for sparse graphs: buffers are grouped by lifetime (powers
+  of `_LIFE_RATIO`) and sorted by begin inside a group, so the buffers that
+  can overlap `[b, e]` in a group are one contiguous slice, those beginning in
+  `[b - longest_life + 1, e]`. A query reads only those slices, in plain
+  Python when they are short and with numpy when they are long.
+- time blocks with cached unions (`blocks.py`), for dense graphs, where a
+  query would otherwise read thousands of live buffers.
+
+`greedy_offsets` picks the blocks when, on average, at least `DENSE_LIVE`
+buffers are live at a step; both give the same offsets.
 
 The gaps of a set of byte intervals fall where, with starts and ends sorted
 separately, the k-th smallest end is below the (k+1)-th smallest start: the
@@ -20,6 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .blocks import blocked_offsets
+
+DENSE_LIVE = 64
+"""Mean buffers live per step from which `greedy_offsets` uses the block index."""
 _LIFE_RATIO = 8  # lifetime groups: 1-8, 9-64, 65-512, ...
 _PYTHON_SCAN = 96  # candidate slices shorter than this in total are read in plain Python
 _NO_GAP = np.iinfo(np.int64).max
@@ -45,6 +56,26 @@ def greedy_offsets(
     fits the buffer goes on top, at the aligned highest end. Every buffer in
     `order` must have `size > 0`; buffers not in `order` get offset 0.
     """
+    if len(order):
+        span = int(end[order].max() - begin[order].min()) + 1
+        if int((end[order] - begin[order] + 1).sum()) >= DENSE_LIVE * span:
+            return blocked_offsets(
+                begin, end, size, order, alignment, fixed_offset, fixed_end, best_fit
+            )
+    return scan_offsets(begin, end, size, order, alignment, fixed_offset, fixed_end, best_fit)
+
+
+def scan_offsets(
+    begin: np.ndarray,
+    end: np.ndarray,
+    size: np.ndarray,
+    order: np.ndarray,
+    alignment: int,
+    fixed_offset: np.ndarray,
+    fixed_end: np.ndarray,
+    best_fit: bool = True,
+) -> np.ndarray:
+    """`greedy_offsets` with the scan index."""
     offsets = np.zeros(len(size), np.int64)
     if len(order) == 0:
         return offsets

@@ -8,11 +8,12 @@ step with it, else on top. It is fast and lands within a few per mille of the
 lower bound on real traces, but 30-40% above it on hard synthetic cases. No
 single order wins everywhere, so "best" runs several orders (size, conflict,
 distance from the peak step, begin, end, lifetime, area; each with best fit
-and first fit), compacts each layout (see `_Search.compact`), then spends
-some rounds promoting the top layer of the best orders and trying jittered
-orders, and keeps the smallest arena. Plain greedy is its first candidate and
-a later one must be strictly smaller to replace it, so "best" is never worse
-than "greedy".
+and first fit), also lays each order out bottom-up on a skyline (see
+`skyline.py`: far better on hard synthetic cases), compacts each layout (see
+`_Search.compact`), then spends some rounds promoting the top layer of the
+best greedy orders and trying jittered orders, and keeps the smallest arena.
+Plain greedy is its first candidate and a later one must be strictly smaller
+to replace it, so "best" is never worse than "greedy".
 """
 
 from __future__ import annotations
@@ -26,17 +27,18 @@ import numpy as np
 
 from .greedy import greedy_offsets
 from .liveness import LiveRange, load_profile
+from .skyline import skyline_offsets
 
 STRATEGIES = ("auto", "greedy", "best")
 BEST_AUTO_LIMIT = 1000
 """`strategy="auto"` runs "best" up to this many buffers, plain greedy above."""
 BEST_FULL_LIMIT = 5000
-"""Above this many buffers "best" tries only `_LARGE_ORDERS` and no improvement rounds."""
+"""Above this many buffers "best" tries only `_LARGE_ORDERS`, no skyline, no improvement rounds."""
 BEST_WORK = 20_000_000
 """Improvement rounds of "best" for n buffers: min(96, BEST_WORK // n**2)."""
 _IMPROVE_ROUNDS = 96
 _LARGE_ORDERS = ("size", "peak", "conflict", "lifetime")
-_LARGE_COMPACTED = 2  # large instances: how many of the best layouts get compacted
+_LARGE_COMPACTED = 2  # how many of the best layouts get compacted when there are many buffers
 _LARGE_COMPACT_PASSES = 4
 _IMPROVE_STARTS = 3  # the best orders that the improvement rounds start from
 _COMPACT_PASSES = 3
@@ -114,15 +116,23 @@ def place(
     if alignment < 1:
         raise ValueError(f"place: alignment must be >= 1, got {alignment}")
     names = sorted(ranges)
-    for name in names:
-        if not isinstance(ranges[name], LiveRange):
-            raise TypeError(
-                f"place: range of {name!r} must be a LiveRange, got {type(ranges[name]).__name__}"
-            )
-        if name not in sizes:
-            raise ValueError(f"place: no size given for buffer {name!r}")
-        if _index("place", f"size of {name!r}", sizes[name]) < 0:
-            raise ValueError(f"place: size of {name!r} must be >= 0, got {sizes[name]}")
+    live = [ranges[name] for name in names]
+    size_list = [sizes.get(name) for name in names]
+    # a quick pass for the common case (LiveRanges, plain ints); the loop names any culprit
+    if not (
+        all(type(r) is LiveRange for r in live)
+        and all(type(s) is int for s in size_list)
+        and min(size_list, default=0) >= 0
+    ):
+        for name, r, s in zip(names, live, size_list, strict=True):
+            if not isinstance(r, LiveRange):
+                raise TypeError(
+                    f"place: range of {name!r} must be a LiveRange, got {type(r).__name__}"
+                )
+            if name not in sizes:
+                raise ValueError(f"place: no size given for buffer {name!r}")
+            if _index("place", f"size of {name!r}", s) < 0:
+                raise ValueError(f"place: size of {name!r} must be >= 0, got {s}")
     fixed = tuple(fixed)
     for allocation in fixed:
         if not isinstance(allocation, Allocation):
@@ -136,9 +146,9 @@ def place(
             )
 
     n = len(names)
-    begin = np.fromiter((ranges[k].begin for k in names), np.int64, n)
-    end = np.fromiter((ranges[k].end for k in names), np.int64, n)
-    size = np.fromiter((sizes[k] for k in names), np.int64, n)
+    begin = np.fromiter(map(operator.attrgetter("begin"), live), np.int64, n)
+    end = np.fromiter(map(operator.attrgetter("end"), live), np.int64, n)
+    size = np.fromiter(map(operator.index, size_list), np.int64, n)
     fixed_offset = np.array([f.offset for f in fixed if f.size > 0], np.int64)
     fixed_end = np.array([f.end for f in fixed if f.size > 0], np.int64)
     fixed_top = max((f.end for f in fixed), default=0)
@@ -272,6 +282,17 @@ class _Search:
             for _, label, _, best_fit, offsets in tried[:_LARGE_COMPACTED]:
                 self.compact(offsets, f"{label}/{_fit(best_fit)}", _LARGE_COMPACT_PASSES)
             return
+        skylines = []  # the same orders, laid out bottom-up
+        for label, order in orders.items():
+            offsets = skyline_offsets(
+                self.begin, self.end, self.size, order, self.alignment, *self.fixed
+            )
+            self._keep(offsets, f"{label}/skyline")
+            skylines.append((self.top(offsets), label, offsets))
+        skylines.sort(key=lambda item: item[0])  # stable: ties keep the listing order
+        compacted = len(skylines) if n <= BEST_AUTO_LIMIT else _LARGE_COMPACTED
+        for _, label, offsets in skylines[:compacted]:
+            self.compact(offsets, f"{label}/skyline", _COMPACT_PASSES)
         starts = sorted(
             (
                 (
