@@ -281,9 +281,6 @@ class NpuBackend(Backend):
         raise BackendUnavailable(f"backend 'npu' is not available here: {self.available()[1]}")
 
 
-PRIORITY = {"npu": 100, "sim": 50, "reference": 10}
-
-
 def make_reference() -> Backend:
     return ReferenceBackend()
 
