@@ -10,16 +10,9 @@ reference-timings markers.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from iron.core import Device
-from iron.core.benchmarking import (
-    REFERENCE_TIMINGS_HEADER,
-    markdown_table,
-    reference_timings,
-    write_readme_section,
-)
+from iron.core.benchmarking import reference_timings_main
 from iron.ops.eltwise import (
     Dequant,
     ElementwiseAdd,
@@ -53,19 +46,5 @@ CASES = [
 ]  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--write-readme", action="store_true", help="write the table into the README"
-    )
-    table = markdown_table(
-        REFERENCE_TIMINGS_HEADER, reference_timings(CASES, Device.from_name("npu2"))
-    )
-    print(table)
-    if parser.parse_args().write_readme:
-        write_readme_section(README, "reference-timings", table)
-        print(f"wrote {README}")
-
-
 if __name__ == "__main__":
-    main()
+    reference_timings_main(CASES, README, __doc__.splitlines()[0])

@@ -69,3 +69,24 @@ def reference_timings(cases, device) -> list[list[str]]:
 
 
 REFERENCE_TIMINGS_HEADER = ("phase", "operator and shape", "input KiB", "reference µs", "vs copy")
+
+
+def reference_timings_main(cases, readme: Path, description: str) -> None:
+    """The command line of a family's reference-timings script: print the
+    table for npu2, and with --write-readme put it into `readme`."""
+    import argparse
+
+    from iron.core.device import Device
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(
+        "--write-readme", action="store_true", help="write the table into the README"
+    )
+    write = parser.parse_args().write_readme
+    table = markdown_table(
+        REFERENCE_TIMINGS_HEADER, reference_timings(cases, Device.from_name("npu2"))
+    )
+    print(table)
+    if write:
+        write_readme_section(readme, "reference-timings", table)
+        print(f"wrote {readme}")
