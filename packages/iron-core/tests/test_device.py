@@ -2,24 +2,79 @@ import pytest
 
 from iron.core import Device
 
+# Every number below is stated in mlir-aie's target model
+# (include/aie/Dialect/AIE/IR/AIETargetModel.h and lib/.../AIETargetModel.cpp,
+# main as of August 2026) or the AIEX shim-BD verifiers (AIEXDialect.cpp,
+# BdLowering.h); the comment on each line names the function that states it.
+# The tests also check quantities derived from them, which a transcription
+# error in one field would break.
+
 
 def test_npu1_numbers_match_the_target_model():
     npu1 = Device.from_name("npu1")
-    assert (npu1.arch, npu1.columns, npu1.max_columns, npu1.compute_rows) == ("aie2", 4, 4, 4)
-    assert npu1.memtile_bytes == 0x80000 and npu1.core_bytes == 0x10000
-    assert (npu1.shim_dma_channels, npu1.bd_ids_per_shim, npu1.task_queue_depth) == (2, 16, 4)
-    assert (npu1.max_repeat_count, npu1.max_lock_value, npu1.coherence_granule) == (256, 63, 64)
-    assert npu1.shim_dma_limit == 8 and npu1.cores == 16
-    assert not npu1.block_float
+    assert npu1.arch == "aie2"  # BaseNPU1TargetModel::getTargetArch
+    assert (npu1.columns, npu1.max_columns) == (4, 4)  # VirtualizedNPU1TargetModel(4)
+    assert npu1.rows == 6 and npu1.compute_rows == 4  # rows(): shim, memtile, 4 core rows
+    assert npu1.memtile_bytes == 0x80000  # getMemTileSize
+    assert npu1.core_bytes == 0x10000  # getLocalMemorySize
+    assert npu1.core_stack_bytes == 0x400  # getDefaultCoreStackSize
+    assert (npu1.shim_dma_channels, npu1.bd_ids_per_shim) == (2, 16)  # shim-mux ports, getNumBDs
+    assert npu1.task_queue_depth == 4  # Task_Queue_Size register field
+    assert npu1.max_repeat_count == 256  # NpuPushQueueOp::verify: repeat_count 0..255 + 1
+    assert npu1.max_lock_value == 0x3F  # getMaxLockValue
+    assert npu1.dma_granule == 4  # getAddressGenGranularity: 32 bits
+    assert not npu1.block_float  # isSupportedBlockFormat: AIE2P only
     assert "Phoenix" in npu1.products
 
 
 def test_npu2_numbers_match_the_target_model():
     npu2 = Device.from_name("npu2")
-    assert (npu2.arch, npu2.columns, npu2.max_columns) == ("aie2p", 8, 8)
-    assert npu2.shim_dma_limit == 16 and npu2.cores == 32
-    assert npu2.block_float
+    assert npu2.arch == "aie2p"  # BaseNPU2TargetModel::getTargetArch
+    assert (npu2.columns, npu2.max_columns) == (8, 8)  # NPU2TargetModel::columns
+    assert npu2.block_float  # isSupportedBlockFormat: v8bfp16ebs8, v16bfp16ebs16
     assert "Strix" in npu2.products and "Krackan" in npu2.products
+
+
+@pytest.mark.parametrize("name", ["npu1", "npu2"])
+def test_derived_quantities_follow_from_the_table(name):
+    device = Device.from_name(name)
+    assert device.cores == device.columns * 4  # 4 core rows in every column
+    assert device.shim_dma_limit == device.columns * 2  # 2 shim-mux channels per column
+    # one 512 KiB memtile per column: 2 MiB of L2 on npu1, 4 MiB on npu2
+    assert device.columns * device.memtile_bytes == {"npu1": 2, "npu2": 4}[name] * 2**20
+    # 64 KiB per core: 1 MiB of L1 on npu1, 2 MiB on npu2
+    assert device.cores * device.core_bytes == {"npu1": 1, "npu2": 2}[name] * 2**20
+    # 16 shim BDs feed 2 MM2S + 2 S2MM queues of depth 4: "four queues of four"
+    assert 2 * 2 * device.task_queue_depth == device.bd_ids_per_shim
+    # memtile BDs split evenly between even and odd channels (0-23, 24-47)
+    assert device.memtile_bds // 2 == 24
+
+
+def test_tile_limits_view():
+    npu1 = Device.from_name("npu1")
+    core, memtile, shim = (npu1.limits(k) for k in ("core", "memtile", "shim"))
+    assert (core.memory_bytes, core.banks, memtile.memory_bytes, memtile.banks) == (
+        0x10000, 4, 0x80000, 8,
+    )  # fmt: skip
+    assert (core.locks, memtile.locks, shim.locks) == (16, 64, 16)  # getNumLocks
+    assert (core.bds, memtile.bds, shim.bds) == (16, 48, 16)  # getNumBDs
+    assert (core.dma_channels, memtile.dma_channels, shim.dma_channels) == (2, 6, 2)
+    assert (core.bd_dims, memtile.bd_dims, shim.bd_dims) == (3, 4, 3)  # getBDMaxDims
+    assert (core.bd_words, memtile.bd_words) == (2**14 - 1, 2**17 - 1)  # getDmaBdMaxLen
+    # wrap fields hold the size: 8 bits -> 255, 10 bits -> 1023 (getDmaBdWrapBits)
+    assert (core.max_wrap, memtile.max_wrap, shim.max_wrap) == (255, 1023, 1023)
+    # step fields hold stride - 1: 13, 17, 20 bits (getDmaBdStepBits)
+    assert (core.max_stride, memtile.max_stride, shim.max_stride) == (2**13, 2**17, 2**20)
+    assert npu1.shim_max_iterations == 64  # verifyStridesWraps: Size 3 in [1:64]
+    with pytest.raises(ValueError, match=r"unknown tile kind 'dsp'.*shim, memtile, core"):
+        npu1.limits("dsp")
+
+
+def test_tile_kind_by_row():
+    npu2 = Device.from_name("npu2")
+    assert [npu2.tile_kind(r) for r in range(6)] == ["shim", "memtile"] + ["core"] * 4
+    with pytest.raises(ValueError, match=r"npu2 has rows 0..5; row 6 does not exist"):
+        npu2.tile_kind(6)
 
 
 def test_narrow_device_shrinks_its_shim_budget():

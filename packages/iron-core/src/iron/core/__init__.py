@@ -2,7 +2,7 @@
 the plugin registry, IRON's pytest plugin and the `iron` CLI."""
 
 from iron.core.capture import Binding, Buffer, CaptureError, Expr, Graph, Step, Value, capture
-from iron.core.device import Device
+from iron.core.device import Device, TileLimits
 from iron.core.hookspecs import hookimpl
 from iron.core.operator import (
     BindError,
@@ -47,6 +47,7 @@ __all__ = [
     "Operator",
     "OperatorError",
     "Step",
+    "TileLimits",
     "Tolerance",
     "Value",
     "Verdict",
