@@ -3,7 +3,7 @@ import pytest
 from dispatch_fakes import Add, Mul, Scale, Shift, SumRows
 
 from iron.alloc import check
-from iron.core import bf16, capture
+from iron.core import Device, View, bf16, capture
 from iron.dispatch import LayoutError, OperatorSequence, run
 
 N = 1024  # elements: 2048 B of bf16
@@ -61,7 +61,8 @@ def test_slices_resolve_to_their_base_and_are_never_pooled():
     assert "stack" in seq.pinned and "stack" not in seq.ranges
     base_offset, base_bytes = seq.layout.scratch["stack"]
     assert base_bytes == rows * row_bytes
-    assert seq.layout.locate(f"stack[{row_bytes}:{2 * row_bytes}]") == (
+    assert seq.steps[1].args[1] == View("stack", row_bytes, 2 * row_bytes)  # text read once
+    assert seq.layout.locate(View("stack", row_bytes, 2 * row_bytes)) == (
         "scratch",
         base_offset + row_bytes,
         row_bytes,
@@ -159,6 +160,19 @@ def test_per_call_values_reach_the_references():
         assert (y == 2 * pos + 1).all()
 
 
+def test_one_operator_instance_takes_each_steps_own_value():
+    shift = Shift(N)
+    with capture("twice") as g:
+        x = g.input("x", N)
+        pos = g.scalar("pos")
+        g(shift, g(shift, x, offset=pos), offset=pos * 10)
+    seq = OperatorSequence.from_graph(g, device=Device.from_name("npu2"))  # resolved copies
+    assert [s.op is shift for s in seq.steps] == [False, False]
+    for backend in ("reference", "sim"):
+        (y,) = run(seq, {"x": np.zeros(N, bf16)}, values={"pos": 2}, backend=backend).values()
+        assert (y == 22).all(), backend
+
+
 # ---- errors ----
 
 
@@ -193,17 +207,31 @@ def test_io_that_no_step_touches():
         OperatorSequence("bad", chain(), ["x"], ["y", "w"])
 
 
-def test_runlist_entries_must_be_operator_then_names():
+def test_runlist_entries_must_be_operator_then_buffers():
     with pytest.raises(
-        TypeError, match="step 0: a runlist entry is \\(Operator, \\*buffer_names\\)"
+        TypeError, match="step 0: a runlist entry is \\(Operator, \\*buffers\\) or a Step"
     ):
         OperatorSequence("bad", [("Scale", "x", "y")], ["x"], ["y"])
-    with pytest.raises(TypeError, match="step 0 \\(Scale\\): buffer names must be strings"):
+    with pytest.raises(TypeError, match="step 0 \\(Scale\\): a buffer is a name or a View, got 3"):
         OperatorSequence("bad", [(Scale(N), "x", 3)], ["x"], [])
     with pytest.raises(
         TypeError, match="step 0 \\(Scale\\): 1 buffer names for 2 arg specs \\(x, y\\)"
     ):
         OperatorSequence("bad", [(Scale(N), "x")], ["x"], [])
+    with pytest.raises(
+        LayoutError,
+        match="step 0 \\(Scale\\): 'kv\\[0:\\]' is neither a buffer name nor a view",
+    ):
+        OperatorSequence("bad", [(Scale(N), "x", "kv[0:]")], ["x"], [], buffer_sizes={"kv": 4096})
+
+
+def test_views_and_their_text_give_one_runlist():
+    sizes = {"kv": 4 * N}
+    text = OperatorSequence("t", [(Scale(N), "x", "kv[2048:4096]")], ["x"], [], buffer_sizes=sizes)
+    typed = OperatorSequence(
+        "t", [(Scale(N), "x", View("kv", 2048, 4096))], ["x"], [], buffer_sizes=sizes
+    )
+    assert text.steps == typed.steps and text.layout == typed.layout
 
 
 def test_reading_a_buffer_nobody_wrote():

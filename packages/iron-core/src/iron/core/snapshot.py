@@ -42,7 +42,10 @@ def describe(op: Operator) -> dict:
             inputs = [g.input(s.name, s.shape, s.dtype) for s in op.input_specs()]
             op.expand(g, *inputs)
         parts = [
-            [type(s.op).__name__, [[n, *spec.describe()[1:]] for n, spec in zip(s.args, s.specs)]]
+            [
+                type(s.op).__name__,
+                [[str(n), *spec.describe()[1:]] for n, spec in zip(s.args, s.specs)],
+            ]
             for s in g.steps
         ]
         return {

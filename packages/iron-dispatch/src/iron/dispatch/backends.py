@@ -153,9 +153,9 @@ class CompareExecutable(SeparateExecutable):
             expected = reference(*inputs, **call_values)
             tolerance = spec.op.tolerance(self.device)
             for i, want in zip(spec.writes, expected):
-                verdict = compare(step.arrays[i], want, tolerance, name=spec.names[i])
+                verdict = compare(step.arrays[i], want, tolerance, name=str(spec.names[i]))
                 self.reports.append(
-                    StepReport(step.index, type(spec.op).__name__, spec.names[i], verdict.max_abs,
+                    StepReport(step.index, type(spec.op).__name__, str(spec.names[i]), verdict.max_abs,
                                verdict.max_rel, verdict.passed, verdict.detail)
                 )  # fmt: skip
                 if not verdict.passed:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import attrs
 import numpy as np
 
-from iron.core import Operator
+from iron.core import Operator, View
 from iron.core.capture import Expr
 from iron.dispatch.memory import DeviceBuffer, view
 from iron.dispatch.sequence import OperatorSequence
@@ -41,7 +41,7 @@ class Placement(NamedTuple):
 
 class ImageStep(NamedTuple):
     op: Operator
-    names: tuple[str, ...]
+    names: tuple[str | View, ...]
     args: tuple[Placement, ...]
     reads: tuple[int, ...]
     writes: tuple[int, ...]
@@ -78,18 +78,15 @@ class Image:
 def parameter_table(sequence: OperatorSequence, max_words: int | None):
     """Per step: (member, word) pairs and constant members; and the words.
     Expressions that always hold the same number share a word."""
-    by_op: dict[int, list] = {}
-    for binding in sequence.bindings:
-        by_op.setdefault(id(binding.op), []).append(binding)
     words: dict[Expr, int] = {}
     per_step = []
-    for original in sequence.originals:
+    for step in sequence.steps:
         bound, constants = [], []
-        for binding in by_op.get(id(original), ()):
-            if not binding.expression.terms:
-                constants.append((binding.member, binding.expression.const))
+        for member, expression in step.bindings.items():
+            if not expression.terms:
+                constants.append((member, expression.const))
             else:
-                bound.append((binding.member, words.setdefault(binding.expression, len(words))))
+                bound.append((member, words.setdefault(expression, len(words))))
         per_step.append((tuple(bound), tuple(constants)))
     if max_words is not None and len(words) > max_words:
         listed = ", ".join(str(e) for e in words)

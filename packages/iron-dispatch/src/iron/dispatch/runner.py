@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from iron.core import View
 from iron.dispatch import image as images
 from iron.dispatch.memory import view
 from iron.dispatch.selection import get_backend
@@ -48,10 +49,11 @@ def _specs(sequence: OperatorSequence) -> dict[str, tuple]:
     ever used through slices is flat, in its slices' dtype."""
     found = {}
     for step in sequence.steps:
-        for name, spec in zip(step.args, step.specs):
-            base = name.split("[", 1)[0]
-            if base == name:
-                found[name] = (spec.dtype, spec.shape)
+        for ref, spec in zip(step.args, step.specs):
+            if isinstance(ref, View):
+                found.setdefault(
+                    ref.base, (spec.dtype, (sequence.sizes[ref.base] // spec.dtype.itemsize,))
+                )
             else:
-                found.setdefault(base, (spec.dtype, (sequence.sizes[base] // spec.dtype.itemsize,)))
+                found[ref] = (spec.dtype, spec.shape)
     return found

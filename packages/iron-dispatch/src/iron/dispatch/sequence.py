@@ -1,7 +1,8 @@
 """OperatorSequence: a runlist and where every buffer of it lives.
 
-A runlist is ``[(operator, *buffer_names)]``, one name per arg spec in spec
-order; ``"base[a:b]"`` names bytes a..b of buffer ``base``. The layout puts
+A runlist is ``[(operator, *buffers)]`` (or recorded `Step`s, which carry
+their per-call bindings), one buffer per arg spec in spec order: a name, or
+a `View` of bytes a..b of a buffer (``"base[a:b]"`` text is read once, here). The layout puts
 every buffer in one of three arenas: ``input`` and ``output`` (host I/O,
 packed in order) and ``scratch``. In scratch, buffers with a host address of
 their own (explicitly sized ones: weights, states, anything sliced) are
@@ -17,8 +18,9 @@ import logging
 import attrs
 
 from iron.alloc import ArenaPlan, Plan, live_ranges, peak_live_bytes, place
-from iron.core import Device, Operator, OperatorError
+from iron.core import Device, Operator, OperatorError, View
 from iron.core.capture import Graph, Step
+from iron.core.view import base_of
 
 log = logging.getLogger("iron.dispatch")
 
@@ -31,19 +33,6 @@ class LayoutError(ValueError):
 
 def align_up(value: int, alignment: int) -> int:
     return -(-value // alignment) * alignment
-
-
-def parse_slice(name: str) -> tuple[str, int, int] | None:
-    """``"kv[32:48]"`` -> ``("kv", 32, 48)``; a plain name -> None."""
-    if not name.endswith("]") or "[" not in name:
-        return None
-    base, _, window = name[:-1].partition("[")
-    start, _, stop = window.partition(":")
-    return base, int(start), int(stop)
-
-
-def base_of(name: str) -> str:
-    return name.split("[", 1)[0]
 
 
 @attrs.frozen
@@ -61,15 +50,14 @@ class Layout:
     def size(self, arena: str) -> int:
         return max((o + n for o, n in self.arenas[arena].values()), default=0)
 
-    def locate(self, name: str) -> tuple[str, int, int]:
-        """(arena, offset, nbytes) of a buffer or slice name."""
-        window = parse_slice(name)
-        base = window[0] if window else name
+    def locate(self, ref: str | View) -> tuple[str, int, int]:
+        """(arena, offset, nbytes) of a buffer or a view of one."""
+        base = base_of(ref)
         for arena, table in self.arenas.items():
             if base in table:
                 offset, nbytes = table[base]
-                if window:
-                    return arena, offset + window[1], window[2] - window[1]
+                if isinstance(ref, View):
+                    return arena, offset + ref.start, ref.nbytes
                 return arena, offset, nbytes
         raise KeyError(f"no buffer {base!r} in this layout")
 
@@ -109,10 +97,8 @@ class OperatorSequence:
         alignment: int | None = None,
         arena: ArenaPlan | None = None,
         residents: dict[str, object] | None = None,
-        bindings=(),
     ) -> None:
         self.name = name
-        self.bindings = list(bindings)
         self.device = device
         self.alignment = alignment or max(
             ALIGNMENT, device.coherence_granule if device else ALIGNMENT
@@ -120,11 +106,10 @@ class OperatorSequence:
         self.inputs, self.outputs = list(inputs), list(outputs)
         self.buffer_sizes = dict(buffer_sizes or {})
         self.steps = [self._step(i, entry) for i, entry in enumerate(runlist)]
-        self.originals = [entry[0] for entry in runlist]  # as given: bindings name these instances
         self.sizes = self._sizes()
         self._check_io()
         self.pinned = set(self.buffer_sizes) | {
-            base_of(a) for s in self.steps for a in s.args if "[" in a
+            a.base for s in self.steps for a in s.args if isinstance(a, View)
         }
         self._check_reads_are_written()
         self.residents = dict(residents or {})
@@ -142,29 +127,27 @@ class OperatorSequence:
         """The sequence a capture recorded: inputs and outputs inferred unless
         given; weights, states and sliced buffers keep host addresses."""
         inferred_inputs, inferred_outputs = g.infer_io()
-        runlist = [(step.op, *step.args) for step in g.steps]
         sizes = {**g.pinned(), **kwargs.pop("buffer_sizes", {})}
         return cls(
             name or g.name,
-            runlist,
+            g.steps,
             inferred_inputs if inputs is None else inputs,
             inferred_outputs if outputs is None else outputs,
             buffer_sizes=sizes,
-            bindings=g.bindings,
             **kwargs,
         )
 
     # ---- validation ----
 
     def _step(self, index: int, entry) -> Step:
-        if not isinstance(entry, (tuple, list)) or not entry or not isinstance(entry[0], Operator):
+        if isinstance(entry, Step):
+            op, refs, bindings = entry.op, entry.args, entry.bindings
+        elif isinstance(entry, (tuple, list)) and entry and isinstance(entry[0], Operator):
+            op, bindings = entry[0], {}
+            refs = tuple(self._ref(index, op, r) for r in entry[1:])
+        else:
             raise TypeError(
-                f"{self.name} step {index}: a runlist entry is (Operator, *buffer_names), got {entry!r}"
-            )
-        op, names = entry[0], entry[1:]
-        if not all(isinstance(n, str) and n for n in names):
-            raise TypeError(
-                f"{self.name} step {index} ({type(op).__name__}): buffer names must be strings, got {names!r}"
+                f"{self.name} step {index}: a runlist entry is (Operator, *buffers) or a Step, got {entry!r}"
             )
         if self.device is not None:
             try:
@@ -172,19 +155,32 @@ class OperatorSequence:
             except OperatorError as error:
                 raise LayoutError(f"{self.name} step {index}: {error}") from error
         specs = op.arg_specs()
-        if len(names) != len(specs):
+        if len(refs) != len(specs):
             raise TypeError(
-                f"{self.name} step {index} ({type(op).__name__}): {len(names)} buffer names for "
+                f"{self.name} step {index} ({type(op).__name__}): {len(refs)} buffer names for "
                 f"{len(specs)} arg specs ({', '.join(s.name for s in specs)})"
             )
-        return Step(op, tuple(names), tuple(specs))
+        return Step(op, tuple(refs), tuple(specs), bindings)
+
+    def _ref(self, index: int, op: Operator, ref) -> str | View:
+        """A buffer name or view; ``"base[a:b]"`` text becomes a `View` here, once."""
+        if isinstance(ref, View):
+            return ref
+        if not isinstance(ref, str) or not ref:
+            raise TypeError(
+                f"{self.name} step {index} ({type(op).__name__}): a buffer is a name or a View, got {ref!r}"
+            )
+        try:
+            return View.parse(ref)
+        except ValueError as error:
+            raise LayoutError(f"{self.name} step {index} ({type(op).__name__}): {error}") from error
 
     def _sizes(self) -> dict[str, int]:
         sizes = dict(self.buffer_sizes)
         slices = []
         for index, step in enumerate(self.steps):
             for name, spec in zip(step.args, step.specs):
-                if "[" in name:
+                if isinstance(name, View):
                     slices.append((index, step, name, spec))
                     continue
                 if sizes.setdefault(name, spec.nbytes) != spec.nbytes:
@@ -192,18 +188,19 @@ class OperatorSequence:
                         f"{self.name} step {index} ({type(step.op).__name__}): buffer {name!r} is used as "
                         f"{spec.nbytes} B here ({spec.name} {spec.shape}) but is {sizes[name]} B elsewhere"
                     )
-        for index, step, name, spec in slices:
+        for index, step, view, spec in slices:
             where = f"{self.name} step {index} ({type(step.op).__name__})"
-            base, start, stop = parse_slice(name)
-            if base not in sizes:
+            if view.base not in sizes:
                 raise LayoutError(
-                    f"{where}: slice {name!r} of unknown buffer {base!r} (give its size in buffer_sizes)"
+                    f"{where}: slice '{view}' of unknown buffer {view.base!r} (give its size in buffer_sizes)"
                 )
-            if not 0 <= start < stop <= sizes[base]:
-                raise LayoutError(f"{where}: slice {name!r} is outside {base!r} ({sizes[base]} B)")
-            if stop - start != spec.nbytes:
+            if view.stop > sizes[view.base]:
                 raise LayoutError(
-                    f"{where}: slice {name!r} is {stop - start} B but {spec.name} needs {spec.nbytes} B"
+                    f"{where}: slice '{view}' is outside {view.base!r} ({sizes[view.base]} B)"
+                )
+            if view.nbytes != spec.nbytes:
+                raise LayoutError(
+                    f"{where}: slice '{view}' is {view.nbytes} B but {spec.name} needs {spec.nbytes} B"
                 )
         return sizes
 
@@ -228,7 +225,7 @@ class OperatorSequence:
                 base = base_of(name)
                 if base not in host and base not in written:
                     raise LayoutError(
-                        f"{self.name} step {index} ({type(step.op).__name__}): reads {name!r}, which is not an "
+                        f"{self.name} step {index} ({type(step.op).__name__}): reads '{name}', which is not an "
                         "input, weight or state and which no earlier step writes"
                     )
             written.update(base_of(n) for n in step.writes)
@@ -236,7 +233,8 @@ class OperatorSequence:
     # ---- planning ----
 
     def accesses(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-        return [(s.reads, s.writes) for s in self.steps]
+        """(reads, writes) buffer names per step, a view counting as its base."""
+        return [(tuple(map(base_of, s.reads)), tuple(map(base_of, s.writes))) for s in self.steps]
 
     def _scratch_names(self) -> list[str]:
         host = set(self.inputs) | set(self.outputs)
@@ -289,10 +287,7 @@ class OperatorSequence:
         outputs, _ = _pack(self.outputs, self.sizes, a)
         names = set(self._scratch_names())
         steps = [
-            (
-                [base_of(n) for n in reads if base_of(n) in names],
-                [base_of(n) for n in writes if base_of(n) in names],
-            )
+            ([n for n in reads if n in names], [n for n in writes if n in names])
             for reads, writes in self.accesses()
         ]
         before = arena.size
