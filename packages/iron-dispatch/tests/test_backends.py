@@ -125,13 +125,15 @@ def many_values(n):
 
 def test_parameter_scratchpad_has_32_words_and_shares_them():
     backend = get_backend("sim")
-    image = backend.compile(many_values(32), "fused")
+    seq = many_values(32)
+    image = backend.compile(seq.runlist, seq.layout, "fused")
     assert len(image.parameters) == 32
     assert image.steps[0].words == image.steps[-1].words  # pos + 0 twice: one word
     with pytest.raises(
         CompileError, match="33 distinct per-call values exceed the parameter scratchpad's 32 words"
     ):
-        backend.compile(many_values(33), "fused")
+        seq = many_values(33)
+        backend.compile(seq.runlist, seq.layout, "fused")
     x = np.zeros(N, bf16)
     (got,) = run(
         many_values(33), {"x": x}, values={"pos": 1}, backend="sim", mode="separate"
@@ -179,4 +181,5 @@ def test_unknown_backend_and_mode():
     ):
         get_backend("gpu")
     with pytest.raises(ValueError, match="backend 'sim' has no mode 'turbo'"):
-        get_backend("sim").compile(many_values(1), "turbo")
+        seq = many_values(1)
+        get_backend("sim").compile(seq.runlist, seq.layout, "turbo")

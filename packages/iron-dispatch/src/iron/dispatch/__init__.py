@@ -6,10 +6,12 @@ from iron.dispatch.backends import Backend, BackendUnavailable, StepReport
 from iron.dispatch.cache import CompileCache, cache_home
 from iron.dispatch.graph import GraphFunction, Version, graph
 from iron.dispatch.image import CompileError, Image
+from iron.dispatch.layout import Layout, arena_layout, plan_layout
 from iron.dispatch.memory import DeviceBuffer, GranuleError
+from iron.dispatch.runlist import LayoutError, Runlist
 from iron.dispatch.runner import run
 from iron.dispatch.selection import get_backend
-from iron.dispatch.sequence import Layout, LayoutError, OperatorSequence
+from iron.dispatch.sequence import OperatorSequence
 
 __all__ = [
     "Backend",
@@ -23,10 +25,13 @@ __all__ = [
     "Layout",
     "LayoutError",
     "OperatorSequence",
+    "Runlist",
     "StepReport",
     "Version",
+    "arena_layout",
     "cache_home",
     "get_backend",
     "graph",
+    "plan_layout",
     "run",
 ]

@@ -27,8 +27,9 @@ import numpy as np
 from iron.core import compare, environment
 from iron.dispatch import image as images
 from iron.dispatch.cache import CompileCache, digest
+from iron.dispatch.layout import Layout
 from iron.dispatch.memory import DeviceBuffer
-from iron.dispatch.sequence import OperatorSequence
+from iron.dispatch.runlist import Runlist
 
 log = logging.getLogger("iron.dispatch")
 
@@ -184,7 +185,9 @@ class Backend:
     def available(self) -> tuple[bool, str]:
         return True, "always"
 
-    def compile(self, sequence: OperatorSequence, mode: str = "fused", flags=()) -> images.Image:
+    def compile(
+        self, runlist: Runlist, layout: Layout, mode: str = "fused", flags=()
+    ) -> images.Image:
         if mode not in self.modes:
             raise ValueError(
                 f"backend {self.name!r} has no mode {mode!r} (modes: {', '.join(self.modes)})"
@@ -196,30 +199,30 @@ class Backend:
             "backend": self.name,
             "mode": mode,
             "flags": sorted(flags),
-            "device": sequence.device.key if sequence.device else None,
+            "device": runlist.device.key if runlist.device else None,
         }
-        key = digest(images.key_text(sequence, parts))
+        key = digest(images.key_text(runlist, layout, parts))
         cache = self.cache or CompileCache()
         started = time.perf_counter()
         data, hit = cache.get_or_build(
             key,
-            lambda: self.build(sequence, mode, flags).to_bytes(),
-            backend=self.name, mode=mode, name=sequence.name,
+            lambda: self.build(runlist, layout, mode, flags).to_bytes(),
+            backend=self.name, mode=mode, name=runlist.name,
         )  # fmt: skip
         self.hits += hit
         self.misses += not hit
         log.debug(
             "%s: %s image %s (%.1f ms)",
-            sequence.name,
+            runlist.name,
             "cached" if hit else "compiled",
             key[:12],
             1e3 * (time.perf_counter() - started),
         )
         return images.Image.from_bytes(data)
 
-    def build(self, sequence: OperatorSequence, mode: str, flags) -> images.Image:
+    def build(self, runlist: Runlist, layout: Layout, mode: str, flags) -> images.Image:
         return images.build(
-            sequence, backend=self.name, mode=mode, flags=flags, max_words=self.max_words
+            runlist, layout, backend=self.name, mode=mode, flags=flags, max_words=self.max_words
         )
 
     def load(
@@ -253,12 +256,12 @@ class SimBackend(Backend):
             return SeparateExecutable(image, buffers, device_model=True, poison=poison)
         return CompareExecutable(image, buffers, device_model=True, poison=poison, device=device)
 
-    def build(self, sequence, mode, flags):
+    def build(self, runlist, layout, mode, flags):
         # separate and compare dispatch step by step: per-call values are
         # dispatch scalars there, so only the fused image has the 32-word limit
         max_words = self.max_words if mode == "fused" else None
         return images.build(
-            sequence, backend=self.name, mode=mode, flags=flags, max_words=max_words
+            runlist, layout, backend=self.name, mode=mode, flags=flags, max_words=max_words
         )
 
 

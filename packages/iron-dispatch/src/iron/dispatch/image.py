@@ -20,8 +20,9 @@ import numpy as np
 
 from iron.core import Operator, View
 from iron.core.capture import Expr
+from iron.dispatch.layout import Layout
 from iron.dispatch.memory import DeviceBuffer, view
-from iron.dispatch.sequence import OperatorSequence
+from iron.dispatch.runlist import Runlist
 
 #: words in a full ELF's parameter scratchpad (XRT `get_ctrl_scratchpad_bo`)
 PARAMETER_WORDS = 32
@@ -75,12 +76,12 @@ class Image:
         return image
 
 
-def parameter_table(sequence: OperatorSequence, max_words: int | None):
+def parameter_table(runlist: Runlist, max_words: int | None):
     """Per step: (member, word) pairs and constant members; and the words.
     Expressions that always hold the same number share a word."""
     words: dict[Expr, int] = {}
     per_step = []
-    for step in sequence.steps:
+    for step in runlist.steps:
         bound, constants = [], []
         for member, expression in step.bindings.items():
             if not expression.terms:
@@ -91,19 +92,18 @@ def parameter_table(sequence: OperatorSequence, max_words: int | None):
     if max_words is not None and len(words) > max_words:
         listed = ", ".join(str(e) for e in words)
         raise CompileError(
-            f"{sequence.name}: {len(words)} distinct per-call values exceed the parameter "
+            f"{runlist.name}: {len(words)} distinct per-call values exceed the parameter "
             f"scratchpad's {max_words} words ({listed}); bind fewer distinct expressions"
         )
     return per_step, tuple(words)
 
 
 def build(
-    sequence: OperatorSequence, *, backend: str, mode: str, flags=(), max_words=None
+    runlist: Runlist, layout: Layout, *, backend: str, mode: str, flags=(), max_words=None
 ) -> Image:
-    layout = sequence.layout
-    per_step, parameters = parameter_table(sequence, max_words)
+    per_step, parameters = parameter_table(runlist, max_words)
     steps, unique = [], {}  # equal operators share one object: the image pickles each once
-    for step, (words, constants) in zip(sequence.steps, per_step):
+    for step, (words, constants) in zip(runlist.steps, per_step):
         args = []
         for name, spec in zip(step.args, step.specs):
             arena, offset, nbytes = layout.locate(name)
@@ -112,19 +112,19 @@ def build(
         writes = tuple(i for i, s in enumerate(step.specs) if s.writes)
         op = unique.setdefault(step.op, step.op)
         steps.append(ImageStep(op, step.args, tuple(args), reads, writes, words, constants))
-    kept = sequence.host_addressed
+    kept = layout.host_addressed
     residents = tuple((n, *layout.scratch[n]) for n in sorted(layout.scratch) if n in kept)
     transients = tuple(layout.scratch[n] for n in sorted(layout.scratch) if n not in kept)
     return Image(
         backend=backend,
         mode=mode,
-        name=sequence.name,
-        device=sequence.device.key if sequence.device else "unresolved",
+        name=runlist.name,
+        device=runlist.device.key if runlist.device else "unresolved",
         flags=tuple(sorted(flags)),
         steps=tuple(steps),
         sizes={a: layout.size(a) for a in ("input", "output", "scratch")},
-        inputs=tuple((n, *layout.input[n]) for n in sequence.inputs),
-        outputs=tuple((n, *layout.output[n]) for n in sequence.outputs),
+        inputs=tuple((n, *layout.input[n]) for n in runlist.inputs),
+        outputs=tuple((n, *layout.output[n]) for n in runlist.outputs),
         residents=residents,
         transients=transients,
         parameters=parameters,
@@ -169,20 +169,19 @@ def code_identity(cls: type) -> str:
     return _digest_files([Path(source)]) if source else cls.__qualname__
 
 
-def key_text(sequence: OperatorSequence, image_parts: dict) -> str:
+def key_text(runlist: Runlist, layout: Layout, image_parts: dict) -> str:
     """Everything that decides what an image is, as text (object addresses
     are refused by `Operator.identity_text`)."""
     classes = sorted(
-        {type(s.op) for s in sequence.steps}, key=lambda c: (c.__module__, c.__qualname__)
+        {type(s.op) for s in runlist.steps}, key=lambda c: (c.__module__, c.__qualname__)
     )
     lines = [f"project {project_digest()}"]
     lines += [f"code {c.__module__}.{c.__qualname__} {code_identity(c)}" for c in classes]
     texts: dict = {}  # equal operators recur across layers: one identity text each
     lines += [
         f"step {texts.get(s.op) or texts.setdefault(s.op, s.op.identity_text())} {s.args}"
-        for s in sequence.steps
+        for s in runlist.steps
     ]
-    layout = sequence.layout
     lines += [f"layout {arena} {sorted(table.items())}" for arena, table in layout.arenas.items()]
     lines += [f"{k} {v}" for k, v in sorted(image_parts.items())]
     return "\n".join(lines)
