@@ -2,18 +2,21 @@
 
 import numpy as np
 import pytest
-from dispatch_fakes import Mul, N, Scale, Shift, Sloppy, expected_outputs, make_model
+from dispatch_fakes import Blurry, Mul, N, Scale, Shift, Sloppy, expected_outputs, make_model
 
-from iron.core import bf16, capture
+from iron.core import bf16, capture, compare
 from iron.dispatch import (
+    Backend,
     BackendUnavailable,
     CompileError,
+    Executable,
     GranuleError,
     OperatorSequence,
     get_backend,
     graph,
     run,
 )
+from iron.dispatch.executable import allocate
 from iron.dispatch.memory import Arena
 
 
@@ -93,6 +96,54 @@ def test_compare_mode_flags_the_step_whose_reference_is_wrong():
         (2, "Scale", True),
     ]
     assert reports[1].max_abs >= 0.9 and "elements outside" in reports[1].detail
+
+
+def test_compare_mode_judges_with_the_inputs_and_values_the_device_had():
+    @graph(backend="sim", mode="compare")
+    def scaled(g, x, *, n):
+        return g(Blurry(N), g(Scale(N, 4.0), x), valid=n + 1)
+
+    x = rows(1, 5)[0]
+    scaled(x, n=2)
+    (version,) = scaled.versions.values()
+    assert [(r.operator, r.passed) for r in version.reports] == [("Scale", True), ("Blurry", True)]
+    # what the step is judged by: without the device's inputs and the call's
+    # valid, the same result fails
+    h = (x.astype(np.float32) * 4).astype(bf16)
+    device_result = Blurry(N).simulate(h, valid=3)
+    (expected,) = Blurry(N).call_reference(h, valid=3)
+    assert not compare(device_result, expected, Blurry(N).tolerance())
+    assert not compare(device_result, expected, Blurry(N).tolerance(inputs=[h]))  # valid 1
+    assert compare(device_result, expected, Blurry(N, valid=3).tolerance(inputs=[h]))
+
+
+def test_a_backend_that_cannot_compare_refuses_compare_mode():
+    seq = many_values(1)
+    reference = get_backend("reference")
+    with pytest.raises(
+        ValueError, match=r"backend 'reference' has no mode 'compare' \(modes: fused, separate\)"
+    ):
+        reference.compile(seq.runlist, seq.layout, "compare")
+    compare_image = get_backend("sim").compile(seq.runlist, seq.layout, "compare")
+    with pytest.raises(ValueError, match="backend 'reference' has no mode 'compare'"):
+        reference.load(compare_image, allocate(compare_image, granule=64, unified=True))
+
+    @graph(backend="reference", mode="compare")
+    def plain(g, x):
+        return g(Scale(N), x)
+
+    with pytest.raises(ValueError, match="backend 'reference' has no mode 'compare'"):
+        plain(rows(1, 6)[0])
+
+
+def test_registered_backends_follow_the_protocol():
+    for name in ("reference", "sim", "npu"):
+        assert isinstance(get_backend(name), Backend), name
+    seq = many_values(1)
+    image = get_backend("sim").compile(seq.runlist, seq.layout)
+    executable = get_backend("sim").load(image, allocate(image, granule=64, unified=False))
+    assert isinstance(executable, Executable)
+    assert not isinstance(object(), Backend)
 
 
 def test_granule_sharing_buffers_cannot_be_synced_alone():

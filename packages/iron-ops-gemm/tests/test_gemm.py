@@ -193,17 +193,17 @@ def test_tolerance_floor_is_the_products_mass_and_defaults_to_unit_normal_data()
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((256, 128)), rng.standard_normal((128, 64))
     mass = 128 * np.mean(np.abs(a)) * np.mean(np.abs(b))
-    assert op.tolerance(NPU2, a=a, b=b).atol == pytest.approx(1e-2 * mass)
-    assert op.tolerance(NPU1, a=a, b=b).atol == pytest.approx(2e-4 * mass)
-    assert op.tolerance(NPU2, a=10 * a, b=b).atol == pytest.approx(1e-1 * mass)
+    assert op.tolerance(NPU2, inputs=(a, b)).atol == pytest.approx(1e-2 * mass)
+    assert op.tolerance(NPU1, inputs=(a, b)).atol == pytest.approx(2e-4 * mass)
+    assert op.tolerance(NPU2, inputs=(10 * a, b)).atol == pytest.approx(1e-1 * mass)
     assert op.tolerance(NPU2).atol == pytest.approx(1e-2 * 128 * 2 / np.pi)
     assert op.tolerance(NPU2).rtol == op.tolerance(NPU1).rtol == 0.04
     assert op.tolerance() == op.tolerance(NPU2)  # an unknown device gets the looser budget
     garbage = a.copy()
     garbage[0, :3] = [np.nan, np.inf, -np.inf]
-    assert np.isfinite(op.tolerance(NPU2, a=garbage, b=b).atol)
-    assert op.tolerance(NPU2, a=garbage, b=b).atol == pytest.approx(
-        op.tolerance(NPU2, a=a, b=b).atol, rel=0.01
+    assert np.isfinite(op.tolerance(NPU2, inputs=(garbage, b)).atol)
+    assert op.tolerance(NPU2, inputs=(garbage, b)).atol == pytest.approx(
+        op.tolerance(NPU2, inputs=(a, b)).atol, rel=0.01
     )
 
 
@@ -217,7 +217,7 @@ def test_tolerance_passes_a_device_like_result_through_cancellation():
     op = GEMM(256, 128, 128)
     (reference,) = op.call_reference(a, b)
     device = device_like(a, b)
-    assert compare(device, reference, op.tolerance(NPU2, a=a, b=b))
+    assert compare(device, reference, op.tolerance(NPU2, inputs=(a, b)))
     assert not compare(device, reference, Tolerance.relative(0.04))  # the floor is needed
 
 
@@ -226,7 +226,7 @@ def test_tolerance_rejects_garbage():
     a = rng.standard_normal((256, 128)).astype(bf16)
     b = rng.standard_normal((128, 128)).astype(bf16)
     op = GEMM(256, 128, 128)
-    tolerance = op.tolerance(NPU2, a=a, b=b)
+    tolerance = op.tolerance(NPU2, inputs=(a, b))
     (reference,) = op.call_reference(a, b)
     assert compare(device_like(a, b), reference, tolerance)
     (b_misread,) = GEMM(256, 128, 128, b_col_maj=True).call_reference(a, b)

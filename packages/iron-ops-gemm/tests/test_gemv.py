@@ -100,11 +100,11 @@ def test_tolerance_floor_is_the_products_mass():
     A, x = rng.standard_normal((64, 256)), rng.standard_normal(256)
     op = GEMV(64, 256)
     mass = 256 * np.mean(np.abs(A)) * np.mean(np.abs(x))
-    assert op.tolerance(NPU1, a=A, x=x).atol == pytest.approx(2e-4 * mass)
-    assert op.tolerance(NPU2, a=A, x=3 * x).atol == pytest.approx(6e-4 * mass)
+    assert op.tolerance(NPU1, inputs=(A, x)).atol == pytest.approx(2e-4 * mass)
+    assert op.tolerance(NPU2, inputs=(A, 3 * x)).atol == pytest.approx(6e-4 * mass)
     (y,) = op.call_reference(A.astype(bf16), x.astype(bf16))
     wrong = np.roll(y, 1)
-    assert not compare(wrong, y, op.tolerance(NPU2, a=A, x=x))
+    assert not compare(wrong, y, op.tolerance(NPU2, inputs=(A, x)))
 
 
 REFUSALS = [

@@ -1,8 +1,8 @@
 """IRON's pytest plugin (entry point ``pytest11``), active wherever iron-core
 is installed.
 
-- fixtures ``device`` (npu1 and npu2 descriptions), ``device_npu1``,
-  ``device_npu2``;
+- fixtures ``device`` (each registered device in turn: npu1, npu2 and any
+  a plugin adds), ``device_npu1``, ``device_npu2``;
 - markers ``npu`` (needs an NPU and pyxrt) and ``toolchain`` (needs
   mlir-aie): such tests skip with the reason where that is absent, and the
   probe runs only for tests that carry the marker;
@@ -23,7 +23,12 @@ from importlib.metadata import PackageNotFoundError, distribution
 import pytest
 
 from iron.core import environment
-from iron.core.conformance import catalog_cases, check_importable_alone, modules_imported_by
+from iron.core.conformance import (
+    catalog_cases,
+    check_importable_alone,
+    device_names,
+    modules_imported_by,
+)
 from iron.core.conformance import check as check_conformance
 from iron.core.device import Device
 from iron.core.snapshot import check_file
@@ -58,7 +63,24 @@ def pytest_runtest_setup(item) -> None:
         pytest.skip(f"needs the toolchain: {environment.mlir_aie()}")
 
 
-@pytest.fixture(params=["npu1", "npu2"])
+def pytest_generate_tests(metafunc) -> None:
+    """A test taking `device` runs once per registered device (unless it
+    parametrizes `device` itself); the registry is read only then."""
+    if "device" in metafunc.fixturenames and "device" not in _parametrized(metafunc):
+        metafunc.parametrize("device", device_names(), indirect=True)
+
+
+def _parametrized(metafunc) -> set[str]:
+    names: set[str] = set()
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        argnames = marker.args[0] if marker.args else marker.kwargs["argnames"]
+        if isinstance(argnames, str):
+            argnames = argnames.split(",")
+        names.update(n.strip() for n in argnames)
+    return names
+
+
+@pytest.fixture
 def device(request) -> Device:
     return Device.from_name(request.param)
 

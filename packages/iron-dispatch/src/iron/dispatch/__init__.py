@@ -2,8 +2,9 @@
 per-shape versions sharing one arena, the reference / sim / npu backends and
 the compile cache."""
 
-from iron.dispatch.backends import Backend, BackendUnavailable, StepReport
+from iron.dispatch.backends import Backend, BackendUnavailable, CompilingBackend, Executable
 from iron.dispatch.cache import CompileCache, cache_home
+from iron.dispatch.executable import StepReport
 from iron.dispatch.graph import GraphFunction, Version, graph
 from iron.dispatch.image import CompileError, Image
 from iron.dispatch.layout import Layout, arena_layout, plan_layout
@@ -18,7 +19,9 @@ __all__ = [
     "BackendUnavailable",
     "CompileCache",
     "CompileError",
+    "CompilingBackend",
     "DeviceBuffer",
+    "Executable",
     "GranuleError",
     "GraphFunction",
     "Image",

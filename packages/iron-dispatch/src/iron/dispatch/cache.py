@@ -46,10 +46,6 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "iron"
 
 
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 class CompileCache:
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else cache_home()

@@ -32,8 +32,8 @@ import numpy as np
 from iron.alloc import ArenaPlan
 from iron.core import Device, as_dtype, dtype_name
 from iron.core.capture import Graph, Value, storage_key
-from iron.dispatch import image as images
 from iron.dispatch.backends import Backend
+from iron.dispatch.executable import allocate
 from iron.dispatch.layout import Layout, arena_layout
 from iron.dispatch.memory import Arena, view
 from iron.dispatch.runlist import Runlist
@@ -158,7 +158,7 @@ class GraphFunction:
         backend = self.backend
         image = backend.compile(runlist, layout, self.mode, self.flags)
         memory = self._arena_memory(backend)
-        buffers = images.allocate(
+        buffers = allocate(
             image,
             granule=self.device.coherence_granule,
             unified=backend.unified,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from iron.core import View
-from iron.dispatch import image as images
+from iron.dispatch.executable import allocate
 from iron.dispatch.memory import view
 from iron.dispatch.runlist import Runlist
 from iron.dispatch.selection import get_backend
@@ -28,7 +28,7 @@ def run(
     runlist, layout = sequence.runlist, sequence.layout
     image = chosen.compile(runlist, layout, mode)
     granule = runlist.device.coherence_granule if runlist.device else 64
-    memory = images.allocate(image, granule=granule, unified=chosen.unified)
+    memory = allocate(image, granule=granule, unified=chosen.unified)
     executable = chosen.load(image, memory, device=runlist.device, poison=poison)
     missing = [n for n, *_ in image.inputs if n not in inputs]
     if missing:

@@ -18,5 +18,5 @@ class SiLU(Unary):
         x = x.astype(np.float32)
         return (x * sigmoid(x)).astype(bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return approximated(device or self.device)

@@ -390,15 +390,16 @@ class FLMGemm(Operator):
         b = (rng.random((self.K, self.N)) * scale).astype(np.float32).astype(bf16)
         return [a, self.pack_b(b)]
 
-    def tolerance(self, device: Device | None = None, a=None, b=None) -> Tolerance:
-        """relative 0.04, atol = budget * mass with mass = K * mean|a| * mean|b|
+    def tolerance(self, device: Device | None = None, *, inputs=None) -> Tolerance:
+        """relative 0.04, atol = budget * mass with mass = K * mean|A| * mean|B|
         (the error tracks the accumulated magnitude, not |C|, which cancels)
-        and the budget per architecture and rounding (ERROR_BUDGET). `a` is A;
-        `b` is B packed or dense (K, N). Without data, the mass is that of
-        `example_inputs`: K * s*sqrt(2/pi) * s/2 at scale s."""
+        and the budget per architecture and rounding (ERROR_BUDGET), of
+        `inputs` (A, B packed or dense (K, N)) when given. Without data, the
+        mass is that of `example_inputs`: K * s*sqrt(2/pi) * s/2 at scale s."""
         device = device or self.device
         if device is None:
             raise OperatorError("FLMGemm: device: the error budget is per architecture")
+        a, b = inputs if inputs is not None else (None, None)
         if a is None or b is None:
             s = self.input_scale
             mass = self.K * s * math.sqrt(2 / math.pi) * s / 2

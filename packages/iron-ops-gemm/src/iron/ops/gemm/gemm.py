@@ -232,15 +232,16 @@ class GEMM(Operator):
             C = product.astype(np.int32) if self.dtype_out.kind == "i" else to_bf16_once(product)
         return np.ascontiguousarray(C.T if self.c_col_maj else C)
 
-    def tolerance(self, device: Device | None = None, *, a=None, b=None) -> Tolerance:
+    def tolerance(self, device: Device | None = None, *, inputs=None) -> Tolerance:
         """int8 to int32: exact. int8 to bf16: one rounding. bf16 in:
         relative 0.04 with an absolute floor of a budget times the product's
-        mass, K * mean|a| * mean|b| (see `product_tolerance`): pass the
-        inputs as `a` and `b` for the floor of that data; without them, the
-        floor of standard-normal inputs. The budget: 1e-2 on aie2p (bf16
-        emulated through bfp16) or an unknown device, 2e-4 on aie2."""
+        mass, K * mean|A| * mean|B| (see `product_tolerance`): of `inputs`
+        (A, B) when given, else of standard-normal inputs. The budget: 1e-2
+        on aie2p (bf16 emulated through bfp16) or an unknown device, 2e-4 on
+        aie2."""
         if self.integer:
             return Tolerance.exact() if self.dtype_out.kind == "i" else Tolerance.relative(2**-8)
         device = device or self.device
         budget = EMULATED if device is None or emulated(device, self.dtype_in) else PRECISE
+        a, b = inputs if inputs is not None else (None, None)
         return product_tolerance(budget, self.K, mean_abs(a), mean_abs(b))
