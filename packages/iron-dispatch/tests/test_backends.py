@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from dispatch_fakes import Blurry, Mul, N, Scale, Shift, Sloppy, expected_outputs, make_model
 
-from iron.core import bf16, capture, compare
+from iron.core import bf16, capture, compare, registry
 from iron.dispatch import (
     Backend,
     BackendUnavailable,
@@ -18,6 +18,7 @@ from iron.dispatch import (
 )
 from iron.dispatch.executable import allocate
 from iron.dispatch.memory import Arena
+from iron.dispatch.selection import auto_choice
 
 
 def rows(n, seed):
@@ -198,12 +199,24 @@ def test_parameter_scratchpad_has_32_words_and_shares_them():
 # ---- choosing a backend ----
 
 
-def test_auto_picks_sim_without_an_npu_and_says_why_npu_was_passed_over():
-    from iron.dispatch.selection import auto_choice
-
+def test_auto_picks_sim_without_an_npu_and_says_why_npu_was_passed_over(npu_stack):
+    npu_stack(present=False)
     chosen, passed_over = auto_choice()
-    assert chosen == "sim" and "npu" in passed_over
+    assert chosen == "sim" and passed_over["npu"].startswith("mlir-aie is missing")
     assert get_backend().name == "sim"
+
+
+def test_with_the_npu_stack_present_npu_still_waits_for_its_lowering(npu_stack):
+    npu_stack(present=True)
+    chosen, passed_over = auto_choice()
+    assert chosen == "sim" and "IRON's mlir-aie lowering is not built yet" in passed_over["npu"]
+
+
+def test_reload_makes_fresh_backend_instances():
+    sim = get_backend("sim")
+    assert get_backend("sim") is sim
+    registry.reload()
+    assert get_backend("sim") is not sim and get_backend("sim").hits == 0
 
 
 def test_iron_backend_overrides_the_default(monkeypatch, weight):
@@ -211,9 +224,24 @@ def test_iron_backend_overrides_the_default(monkeypatch, weight):
     assert get_backend().name == "reference"
     assert make_model(weight, backend=None).backend.name == "reference"
     assert make_model(weight, backend="sim").backend.name == "sim"  # an explicit choice wins
+    monkeypatch.setenv("IRON_BACKEND", "gpu")
+    with pytest.raises(KeyError, match="IRON_BACKEND='gpu' is not a registered backend"):
+        get_backend()
 
 
-def test_npu_backend_names_what_is_missing(weight):
+def test_iron_device_and_poison_are_the_graph_defaults(monkeypatch, weight):
+    monkeypatch.setenv("IRON_DEVICE", "npu1")
+    monkeypatch.setenv("IRON_POISON", "1")
+    model = graph(lambda g, x: g(Scale(N), x))
+    assert (model.device.name, model.poison) == ("npu1", True)
+    assert graph(lambda g, x: x, device="npu2", poison=False).device.name == "npu2"
+    monkeypatch.setenv("IRON_DEVICE", "npu9")
+    with pytest.raises(ValueError, match="IRON_DEVICE='npu9': unknown device 'npu9'"):
+        graph(lambda g, x: x)
+
+
+def test_npu_backend_names_what_is_missing(weight, npu_stack):
+    npu_stack(present=False)
     npu = get_backend("npu")
     ok, why = npu.available()
     assert not ok
@@ -227,9 +255,9 @@ def test_npu_backend_names_what_is_missing(weight):
 
 
 def test_unknown_backend_and_mode():
-    with pytest.raises(
-        KeyError, match="unknown backend 'gpu'; registered backends: npu, reference, sim"
-    ):
+    registered = ", ".join(sorted(registry.backends()))
+    assert {"npu", "reference", "sim"} <= set(registry.backends())
+    with pytest.raises(KeyError, match=f"unknown backend 'gpu'; registered backends: {registered}"):
         get_backend("gpu")
     with pytest.raises(ValueError, match="backend 'sim' has no mode 'turbo'"):
         seq = many_values(1)

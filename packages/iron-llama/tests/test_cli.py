@@ -1,7 +1,8 @@
 import numpy as np
 
+from iron.core import hookimpl, registry
 from iron.llama import Model, Oracle, OracleModel, Tokenizer
-from iron.llama.cli import demo_dir, main, paragraphs, printable
+from iron.llama.cli import _parser, demo_dir, main, paragraphs, printable
 
 
 def run(capsys, *argv):
@@ -123,3 +124,21 @@ def test_bad_input_exits_2_naming_the_rule(tiny_dir, tmp_path, capsys):
 def test_control_characters_are_shown_not_sent_to_the_terminal():
     assert printable("a\x1b[2Jb\n\tc\x00") == "a␛[2Jb\n\tc␀"
     assert printable("\x7f\x9b31m é鉄") == "␡\ufffd31m é鉄"
+
+
+class ThirdPartyBackend:
+    @staticmethod
+    @hookimpl
+    def iron_register_backends(register):
+        register("third-party", "iron.dispatch.backends.reference:ReferenceBackend")
+
+
+def test_backend_accepts_any_registered_backend(capsys):
+    code, _, err = run(capsys, "demo", "--backend", "third-party", "--num-tokens", "1")
+    assert code == 2 and "invalid choice: 'third-party'" in err
+    registry.register_plugin(ThirdPartyBackend, name="third-party-backend")
+    try:
+        args = _parser().parse_args(["demo", "--backend", "third-party"])
+    finally:
+        registry.unregister_plugin("third-party-backend")
+    assert args.backend == "third-party"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import attrs
 
+from iron.core import registry
+
 
 def _positive(instance, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -212,8 +214,6 @@ class Device:
     @classmethod
     def from_name(cls, name: str, columns: int | None = None) -> Device:
         """The registered device `name` at `columns` width (full width by default)."""
-        from iron.core import registry
-
         devices = registry.devices()
         if name not in devices:
             raise ValueError(

@@ -7,6 +7,9 @@ is installed.
   mlir-aie): such tests skip with the reason where that is absent, and the
   probe runs only for tests that carry the marker;
 - marker ``slow`` (the default sessions deselect it; ``nox -s slow`` runs it);
+- fixture ``npu_stack``: ``npu_stack(present=False)`` makes the environment
+  probes report this host without mlir-aie, pyxrt and an NPU (``True``: with
+  them), so a test of what IRON says about either holds on any host;
 - ``conformance_params(family)`` and ``check_conformance``: the checks every
   operator family runs over its catalog::
 
@@ -17,12 +20,11 @@ is installed.
 
 from __future__ import annotations
 
-import os
 from importlib.metadata import PackageNotFoundError, distribution
 
 import pytest
 
-from iron.core import environment
+from iron.core import environment, settings
 from iron.core.conformance import (
     catalog_cases,
     check_importable_alone,
@@ -34,6 +36,7 @@ from iron.core.device import Device
 from iron.core.snapshot import check_file
 
 __all__ = [
+    "NPU_STACK_PRESENT",
     "assert_snapshot_unchanged",
     "check_conformance",
     "check_importable_alone",
@@ -85,6 +88,28 @@ def device(request) -> Device:
     return Device.from_name(request.param)
 
 
+#: what the probes report in `npu_stack(present=True)`
+NPU_STACK_PRESENT = (
+    environment.Probe("mlir-aie", True, "1.0 (simulated)", ""),
+    environment.Probe("pyxrt", True, "importable (simulated)", ""),
+    environment.Probe("NPU device", True, "/dev/accel/accel0 (simulated)", ""),
+)
+
+
+@pytest.fixture
+def npu_stack(monkeypatch):
+    """``npu_stack(present)``: the environment probes report the whole NPU
+    stack absent or present for the rest of the test."""
+
+    def set_stack(present: bool) -> None:
+        absent = (environment.NO_MLIR_AIE, environment.NO_PYXRT, environment.NO_NPU_DEVICE)
+        probes = NPU_STACK_PRESENT if present else absent
+        for name, probe in zip(("mlir_aie", "pyxrt", "npu_device"), probes):
+            monkeypatch.setattr(environment, name, lambda probe=probe: probe)
+
+    return set_stack
+
+
 @pytest.fixture
 def device_npu1() -> Device:
     return Device.from_name("npu1")
@@ -108,7 +133,7 @@ def require_distribution(name: str) -> None:
         distribution(name)
     except PackageNotFoundError:
         reason = f"distribution {name} is not installed (the nox session installs it)"
-        if os.environ.get("IRON_REQUIRE_FIXTURE_PLUGINS") == "1":
+        if settings.current().require_fixture_plugins:
             pytest.fail(reason)
         pytest.skip(reason)
 

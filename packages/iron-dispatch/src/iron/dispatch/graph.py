@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 
 import numpy as np
 
 from iron.alloc import ArenaPlan
-from iron.core import Device, as_dtype, dtype_name
+from iron.core import Device, as_dtype, dtype_name, settings
 from iron.core.capture import Graph, Value, storage_key
 from iron.dispatch.backends import Backend
 from iron.dispatch.executable import allocate
@@ -47,10 +46,10 @@ PIECE_BYTES = 64 * 2**20
 def graph(fn=None, *, name=None, backend=None, mode="fused", device=None, poison=None, flags=()):
     """Make a `GraphFunction` of ``fn(g, *inputs, **per_call_values)``.
 
-    `backend`: a registered backend name or "auto" (default: ``$IRON_BACKEND``,
+    `backend`: a registered backend name or "auto" (default: ``IRON_BACKEND``,
     else "auto"); `mode`: "fused", "separate" or "compare"; `device`: a
-    `Device` or name (default ``$IRON_DEVICE``, else npu2); `poison`: fill
-    transients with NaN before every run (default ``$IRON_POISON == "1"``);
+    `Device` or name (default ``IRON_DEVICE``, else npu2); `poison`: fill
+    transients with NaN before every run (default ``IRON_POISON``, else off);
     `flags`: strings that are part of the compiled image's identity (e.g.
     "trace")."""
 
@@ -107,10 +106,16 @@ class GraphFunction:
     ):
         self.fn, self.name = fn, name or fn.__name__
         self.input_names, self.value_names = _parameters(fn, self.name)
-        if isinstance(device, str) or device is None:
-            device = Device.from_name(device or os.environ.get("IRON_DEVICE", "npu2"))
+        current = settings.current()
+        if device is None:
+            try:
+                device = Device.from_name(current.device)
+            except ValueError as error:
+                raise ValueError(f"IRON_DEVICE={current.device!r}: {error}") from error
+        elif isinstance(device, str):
+            device = Device.from_name(device)
         self.device, self.mode, self.flags = device, mode, tuple(flags)
-        self.poison = os.environ.get("IRON_POISON") == "1" if poison is None else poison
+        self.poison = current.poison if poison is None else poison
         self.arena = ArenaPlan(alignment=max(64, device.coherence_granule))
         self.versions: dict[tuple, Version] = {}
         self._backend_name = backend
