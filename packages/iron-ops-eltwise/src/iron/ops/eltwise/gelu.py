@@ -4,7 +4,8 @@ import attrs
 import numpy as np
 
 from iron.core import bf16
-from iron.ops.eltwise.common import ELEMENTWISE_CASES, Unary, approximated, sigmoid
+from iron.core.numerics import sigmoid
+from iron.ops.eltwise.common import ELEMENTWISE_CASES, Unary, approximated
 
 _SQRT_2_OVER_PI = np.float32(np.sqrt(2 / np.pi))
 

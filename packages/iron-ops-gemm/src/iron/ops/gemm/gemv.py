@@ -6,14 +6,13 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Case, Device, Operator, Tolerance, bf16, require, tunable
+from iron.core.numerics import mean_abs, product_tolerance
 from iron.ops.gemm.common import (
     PRECISE,
     check_columns,
     check_core_memory,
     check_vector_reduction,
-    mean_abs,
     most_columns,
-    product_tolerance,
     row_blocks,
     vector_width,
 )

@@ -7,7 +7,8 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Case, Device, Tolerance, bf16
-from iron.ops.gemm.common import PRECISE, CacheReader, mean_abs, product_tolerance
+from iron.core.numerics import mean_abs, product_tolerance
+from iron.ops.gemm.common import PRECISE, CacheReader
 
 
 @attrs.frozen

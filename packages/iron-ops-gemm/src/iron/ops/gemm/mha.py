@@ -18,7 +18,8 @@ from iron.core import (
     require,
     tunable,
 )
-from iron.ops.gemm.common import check_heads, finite_abs
+from iron.core.numerics import finite_abs
+from iron.ops.gemm.common import check_heads
 
 #: query rows per block (and key rows per block): the kernel's B_q = B_kv
 BLOCK = 64
