@@ -266,6 +266,7 @@ def test_installed_broken_plugin_is_reported_and_the_rest_work():
 class Counter:
     """A backend factory: each instance is counted."""
 
+    name = "counter"
     made = 0
 
     def __init__(self):
@@ -289,6 +290,7 @@ class InProcess:
     @hookimpl
     def iron_register_backends(register):
         register("counter", "test_registry:Counter")
+        register("misnamed", "test_registry:Counter")
 
 
 @pytest.fixture
@@ -329,6 +331,11 @@ def test_a_backend_instance_lives_until_the_registry_reloads(in_process):
     assert again is not first and Counter.made == made + 1
     with pytest.raises(KeyError, match=r"unknown backend .nope.; registered backends: .*counter"):
         registry.backend("nope")
+    with pytest.raises(
+        registry.RegistryError,
+        match=r"backend 'misnamed' \(from plugin 'in-process'\) made an object named 'counter'",
+    ):
+        registry.backend("misnamed")
 
 
 def test_iron_core_modules_import_without_a_cycle():

@@ -288,7 +288,14 @@ class Registry:
             registered = ", ".join(sorted(self._backends)) or "none"
             raise KeyError(f"unknown backend {name!r}; registered backends: {registered}")
         if name not in self._backend_instances:
-            self._backend_instances[name] = self._backends[name].load()()
+            entry = self._backends[name]
+            instance = entry.load()()
+            if getattr(instance, "name", None) != name:
+                raise RegistryError(
+                    f"backend {name!r} (from plugin {entry.plugin!r}) made an object named "
+                    f"{getattr(instance, 'name', None)!r}; a backend's name is its registered name"
+                )
+            self._backend_instances[name] = instance
         return self._backend_instances[name]
 
     def commands(self) -> dict[str, CommandEntry]:

@@ -36,7 +36,6 @@ from iron.core.device import Device
 from iron.core.snapshot import check_file
 
 __all__ = [
-    "NPU_STACK_PRESENT",
     "assert_snapshot_unchanged",
     "check_conformance",
     "check_importable_alone",
@@ -89,7 +88,7 @@ def device(request) -> Device:
 
 
 #: what the probes report in `npu_stack(present=True)`
-NPU_STACK_PRESENT = (
+_NPU_STACK_PRESENT = (
     environment.Probe("mlir-aie", True, "1.0 (simulated)", ""),
     environment.Probe("pyxrt", True, "importable (simulated)", ""),
     environment.Probe("NPU device", True, "/dev/accel/accel0 (simulated)", ""),
@@ -103,7 +102,7 @@ def npu_stack(monkeypatch):
 
     def set_stack(present: bool) -> None:
         absent = (environment.NO_MLIR_AIE, environment.NO_PYXRT, environment.NO_NPU_DEVICE)
-        probes = NPU_STACK_PRESENT if present else absent
+        probes = _NPU_STACK_PRESENT if present else absent
         for name, probe in zip(("mlir_aie", "pyxrt", "npu_device"), probes):
             monkeypatch.setattr(environment, name, lambda probe=probe: probe)
 
