@@ -40,18 +40,22 @@ def file_digest(path: str | os.PathLike) -> str:
 
 
 @cache
-def _sources(root: Path) -> tuple[Path, ...]:
-    """The modules under `root`, listed once per process (a module added later
-    matters only through an edit of one that imports it)."""
-    return tuple(sorted(root.rglob("*.py")))
+def _sources() -> tuple[tuple[str, str], ...]:
+    """(path, name relative to `iron/`) of every module under `PROJECT_ROOTS`,
+    listed once per process (a module added later matters only through an
+    edit of one that imports it)."""
+    return tuple(
+        (str(path), str(path.relative_to(root.parent)))
+        for root in PROJECT_ROOTS
+        for path in sorted(root.rglob("*.py"))
+    )
 
 
 def project_digest() -> str:
     """Digest of IRON's own runtime sources (core, alloc, dispatch)."""
     h = hashlib.sha256()
-    for root in PROJECT_ROOTS:
-        for path in _sources(root):
-            h.update(f"{path.relative_to(root.parent)} {file_digest(path)}\n".encode())
+    for path, name in _sources():
+        h.update(f"{name} {file_digest(path)}\n".encode())
     return h.hexdigest()
 
 
@@ -81,8 +85,8 @@ def key_text(runlist: Runlist, layout: Layout, image_parts: dict) -> str:
     texts: dict = {}  # equal operators recur across layers: one identity text each
     for s in runlist.steps:
         text = texts.get(s.op) or texts.setdefault(s.op, s.op.identity_text())
-        bound = sorted((m, str(e)) for m, e in s.bindings.items())
-        lines.append(f"step {text} {list(map(str, s.args))} {bound}")
+        bound = f" {sorted((m, str(e)) for m, e in s.bindings.items())}" if s.bindings else ""
+        lines.append(f"step {text} {s.args}{bound}")
     lines += [f"layout {arena} {sorted(table.items())}" for arena, table in layout.arenas.items()]
     lines.append(f"host-addressed {sorted(layout.host_addressed)}")
     lines += [f"{k} {v}" for k, v in sorted(image_parts.items())]
