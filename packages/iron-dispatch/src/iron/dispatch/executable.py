@@ -1,7 +1,7 @@
 """Running an image on the host: its buffers, its steps bound to typed
 views of them, and the executables of the three dispatch modes.
 
-- fused (`Executable`): one run over the whole runlist; inputs synced
+- fused (`FusedExecutable`): one run over the whole runlist; inputs synced
   before it and outputs after; per-call values through the parameter
   scratchpad, written and synced before each run;
 - separate (`SeparateExecutable`): one dispatch per step, per-call values as
@@ -121,7 +121,7 @@ class StepReport:
     detail: str
 
 
-class Executable:
+class FusedExecutable:
     """One loaded image, fused: call it with the per-call values to run once.
 
     The caller writes inputs into ``buffers["input"].host`` and reads outputs
@@ -190,7 +190,7 @@ class Executable:
             step(words)
 
 
-class SeparateExecutable(Executable):
+class SeparateExecutable(FusedExecutable):
     """One dispatch per step; per-call values are dispatch scalars; after the
     chain the host pulls back every non-input buffer (as IRON's xclbin chain
     does)."""

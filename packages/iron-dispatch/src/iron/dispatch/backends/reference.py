@@ -6,7 +6,7 @@ it cannot judge itself: it has no compare mode."""
 from __future__ import annotations
 
 from iron.dispatch.backends import CompilingBackend
-from iron.dispatch.executable import Executable, SeparateExecutable
+from iron.dispatch.executable import FusedExecutable, SeparateExecutable
 
 
 class ReferenceBackend(CompilingBackend):
@@ -14,7 +14,7 @@ class ReferenceBackend(CompilingBackend):
     unified = True
     modes = ("fused", "separate")
 
-    def load(self, image, buffers, *, device=None, poison=False) -> Executable:
+    def load(self, image, buffers, *, device=None, poison=False) -> FusedExecutable:
         self.check_mode(image.mode)
-        kind = Executable if image.mode == "fused" else SeparateExecutable
+        kind = FusedExecutable if image.mode == "fused" else SeparateExecutable
         return kind(image, buffers, device_model=False, poison=poison)

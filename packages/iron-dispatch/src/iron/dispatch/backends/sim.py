@@ -8,7 +8,7 @@ per-step judge against the reference (compare). Steps run their operator's
 from __future__ import annotations
 
 from iron.dispatch.backends import CompilingBackend
-from iron.dispatch.executable import CompareExecutable, Executable, SeparateExecutable
+from iron.dispatch.executable import CompareExecutable, FusedExecutable, SeparateExecutable
 from iron.dispatch.image import PARAMETER_WORDS, build
 
 
@@ -16,13 +16,13 @@ class SimBackend(CompilingBackend):
     name = "sim"
     max_words = PARAMETER_WORDS
 
-    def load(self, image, buffers, *, device=None, poison=False) -> Executable:
+    def load(self, image, buffers, *, device=None, poison=False) -> FusedExecutable:
         self.check_mode(image.mode)
         if image.mode == "compare":
             return CompareExecutable(
                 image, buffers, device_model=True, poison=poison, device=device
             )
-        kind = Executable if image.mode == "fused" else SeparateExecutable
+        kind = FusedExecutable if image.mode == "fused" else SeparateExecutable
         return kind(image, buffers, device_model=True, poison=poison)
 
     def build(self, runlist, layout, mode, flags):

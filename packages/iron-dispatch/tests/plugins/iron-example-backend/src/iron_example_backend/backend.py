@@ -1,8 +1,8 @@
-from iron.dispatch.executable import Executable
+from iron.dispatch.executable import FusedExecutable
 from iron.dispatch.image import build
 
 
-class CountingExecutable(Executable):
+class CountingExecutable(FusedExecutable):
     """IRON's host executable, counting on its backend the steps it runs."""
 
     def __init__(self, backend, image, buffers, *, poison):
