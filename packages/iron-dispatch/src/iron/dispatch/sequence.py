@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from iron.alloc import Plan
 from iron.core import Device, View
 from iron.core.capture import Graph
-from iron.dispatch.layout import Layout, plan_layout
+from iron.dispatch.layout import plan_layout
 from iron.dispatch.runlist import LayoutError, Runlist
 
 log = logging.getLogger("iron.dispatch")
@@ -58,14 +57,12 @@ class OperatorSequence:
         runlist = Runlist.from_graph(
             g, name, inputs, outputs, buffer_sizes=buffer_sizes or {}, device=device
         )
-        sequence = object.__new__(cls)
+        sequence = object.__new__(cls)  # the runlist is made: skip __init__'s reading of text
         sequence._lay_out(runlist, plan_scratch, buffer_offsets, alignment)
         return sequence
 
     def _lay_out(self, runlist: Runlist, plan_scratch, buffer_offsets, alignment) -> None:
         self.runlist = runlist
-        self.layout: Layout
-        self.plan: Plan | None
         self.layout, self._report, self.plan = plan_layout(
             runlist, plan_scratch=plan_scratch, buffer_offsets=buffer_offsets, alignment=alignment
         )
