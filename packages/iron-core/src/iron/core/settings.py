@@ -15,13 +15,13 @@ import attrs
 
 @attrs.frozen
 class Variable:
-    """One environment variable: the field of `Settings` it sets, its
-    default as it would be written, and what it does."""
+    """One environment variable, the field of `Settings` it sets and its
+    default as it would be written (what each does: the iron-core README's
+    settings table)."""
 
     name: str
     field: str
     default: str
-    meaning: str
 
 
 def _default_cache_home() -> Path:
@@ -34,23 +34,15 @@ def _default_cache_home() -> Path:
 
 
 VARIABLES = (
-    Variable("IRON_BACKEND", "backend", "auto",
-             "the backend a graph runs on when none is named: a registered backend or auto"),
-    Variable("IRON_DEVICE", "device", "npu2",
-             "the device a graph function compiles for when none is given"),
-    Variable("IRON_POISON", "poison", "0",
-             "1: fill transients and outputs with NaN bytes before every run"),
-    Variable("IRON_CACHE_HOME", "cache_home", "the user cache directory + /iron",
-             "where compiled images (and iron-llama's demo model) are kept"),
-    Variable("IRON_PLUGINS", "plugins", "",
-             "comma list of plugins (entry point or distribution names) to load; empty: all"),
-    Variable("IRON_DISABLE_PLUGINS", "disable_plugins", "",
-             "comma list of plugins to skip; * skips every third-party plugin"),
-    Variable("IRON_DEBUG", "debug", "0",
-             "1: the iron command shows the traceback of an error, not one line"),
-    Variable("IRON_REQUIRE_FIXTURE_PLUGINS", "require_fixture_plugins", "0",
-             "1: a test needing a fixture distribution fails instead of skipping"),
-)  # fmt: skip
+    Variable("IRON_BACKEND", "backend", "auto"),
+    Variable("IRON_DEVICE", "device", "npu2"),
+    Variable("IRON_POISON", "poison", "0"),
+    Variable("IRON_CACHE_HOME", "cache_home", "the user cache directory + /iron"),
+    Variable("IRON_PLUGINS", "plugins", ""),
+    Variable("IRON_DISABLE_PLUGINS", "disable_plugins", ""),
+    Variable("IRON_DEBUG", "debug", "0"),
+    Variable("IRON_REQUIRE_FIXTURE_PLUGINS", "require_fixture_plugins", "0"),
+)
 
 
 def _flag(variable: str, text: str) -> bool:

@@ -62,7 +62,7 @@ class Layout:
         raise KeyError(f"no buffer {base!r} in this layout")
 
 
-def alignment_of(runlist: Runlist, alignment: int | None = None) -> int:
+def _alignment(runlist: Runlist, alignment: int | None = None) -> int:
     """`alignment`, else the device's coherence granule (at least 64 B)."""
     granule = runlist.device.coherence_granule if runlist.device else ALIGNMENT
     return alignment or max(ALIGNMENT, granule)
@@ -96,7 +96,7 @@ def plan_layout(
     `plan_scratch=False` packs every buffer back to back (and gives no plan).
     The report reads ``chain: scratch 6144 B -> 4096 B, lower bound 4096 B
     (plus 0 B pinned)``."""
-    a = alignment_of(runlist, alignment)
+    a = _alignment(runlist, alignment)
     sizes = runlist.sizes
     scratch_names = runlist.scratch_names()
     ranges = runlist.live_ranges() if plan_scratch else {}
@@ -147,7 +147,7 @@ def arena_layout(
     across runlists, so there is no plan of this runlist's own. The report
     reads ``block: arena 0 B -> 8192 B (2 residents; this image's transients
     would take 4096 B unshared)``."""
-    a = alignment_of(runlist, alignment)
+    a = _alignment(runlist, alignment)
     names = runlist.scratch_names()
     scratch_set = set(names)
     steps = [
