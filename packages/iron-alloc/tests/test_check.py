@@ -64,3 +64,11 @@ def test_zero_size_buffers_take_no_bytes():
         {"a": LiveRange(0, 1), "b": LiveRange(0, 1)},
         {"a": 64, "b": 0},
     )
+
+
+def test_fixed_allocations_never_share_bytes_even_alone():
+    plan = Plan({}, size=96, fixed=(Allocation("w", 0, 64), Allocation("v", 32, 64)))
+    with pytest.raises(
+        OverlapError, match=r"'w' \(fixed, every step, bytes \[0, 64\)\) overlaps 'v'"
+    ):
+        check(plan, {}, {})

@@ -1,9 +1,22 @@
 """Properties of plans made from random step lists (hypothesis)."""
 
+import itertools
+import re
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iron.alloc import check, live_ranges, peak_live_bytes, place
+from iron.alloc import (
+    Allocation,
+    LiveRange,
+    OverlapError,
+    Plan,
+    check,
+    live_ranges,
+    peak_live_bytes,
+    place,
+)
 
 NAMES = [f"v{k}" for k in range(24)]
 
@@ -45,3 +58,52 @@ def test_fast_greedy_matches_the_plain_reference(reference_greedy, graph):
     assert place(ranges, sizes, alignment=1, strategy="greedy").offsets == reference_greedy(
         ranges, sizes
     )
+
+
+@st.composite
+def placed(draw):
+    """Buffers at arbitrary aligned offsets (often colliding) with ranges and
+    sizes, and fixed allocations: what a buggy planner might hand `check`."""
+    alignment = draw(st.sampled_from([1, 4]))
+    names = [f"b{k}" for k in range(draw(st.integers(0, 8)))]
+    ranges, sizes, offsets = {}, {}, {}
+    for name in names:
+        begin = draw(st.integers(0, 6))
+        ranges[name] = LiveRange(begin, draw(st.integers(begin, 6)))
+        sizes[name] = draw(st.integers(0, 12))
+        offsets[name] = alignment * draw(st.integers(0, 32 // alignment))
+    fixed = tuple(
+        Allocation(f"f{k}", draw(st.integers(0, 40)), draw(st.integers(0, 12)))
+        for k in range(draw(st.integers(0, 3)))
+    )
+    top = max([offsets[n] + sizes[n] for n in names] + [a.end for a in fixed], default=0)
+    return Plan(offsets, top, alignment=alignment, fixed=fixed), ranges, sizes
+
+
+def collisions(plan, ranges, sizes) -> set[frozenset[str]]:
+    """Every pair that shares a byte at some step, by brute force: fixed
+    allocations hold their bytes at every step."""
+    spans = {n: (plan.offsets[n], plan.offsets[n] + sizes[n], ranges[n]) for n in ranges}
+    spans |= {a.name: (a.offset, a.end, None) for a in plan.fixed}
+    found = set()
+    for a, b in itertools.combinations(spans, 2):
+        (lo_a, hi_a, live_a), (lo_b, hi_b, live_b) = spans[a], spans[b]
+        share_bytes = max(lo_a, lo_b) < min(hi_a, hi_b)
+        share_step = live_a is None or live_b is None or live_a.overlaps(live_b)
+        if share_bytes and share_step:
+            found.add(frozenset((a, b)))
+    return found
+
+
+@settings(max_examples=400, deadline=None)
+@given(placed())
+def test_check_finds_an_overlap_exactly_when_brute_force_does(case):
+    plan, ranges, sizes = case
+    expected = collisions(plan, ranges, sizes)
+    if not expected:
+        check(plan, ranges, sizes)
+        return
+    with pytest.raises(OverlapError) as caught:
+        check(plan, ranges, sizes)
+    named = frozenset(re.findall(r"'(\w+)' \(", str(caught.value)))
+    assert named in expected, str(caught.value)

@@ -35,7 +35,7 @@ class Square(Operator):
         x = x.astype(np.float32)
         return (x * x).astype(bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.relative(0.01)
 
 
@@ -50,7 +50,7 @@ class Add(Operator):
     def reference(self, a, b):
         return (a.astype(np.float32) + b.astype(np.float32)).astype(bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.relative(0.01)
 
 
@@ -89,7 +89,7 @@ class RowNorm(Operator):
         y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(1e-5))
         return (y if weight is None else y * weight.astype(np.float32)).astype(bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.relative(0.02, 1e-3)
 
 
@@ -106,7 +106,7 @@ class Accumulate(Operator):
     def reference(self, x, acc):
         return (acc.astype(np.float32) + x.astype(np.float32)).astype(bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.relative(0.01)
 
 
@@ -127,7 +127,7 @@ class CopyAt(Operator):
         out[offset] = x
         return out
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.exact()
 
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from core_fakes import Accumulate, Add, CopyAt, RowNorm, Square, SquarePlusOne
 
-from iron.core import CaptureError, Expr, bf16, capture
+from iron.core import CaptureError, Expr, View, bf16, capture
 
 
 def test_chain_records_steps_and_infers_io():
@@ -52,20 +52,23 @@ def test_in_place_steps_write_an_argument():
     assert g.infer_io() == (["x"], [])  # a state is neither input nor output
 
 
-def test_slices_name_byte_ranges_and_pin_their_base():
+def test_slices_are_views_of_byte_ranges_and_pin_their_base():
     with capture() as g:
         kv = g.state("kv", (4, 8))
         x = g.input("x", 8)
         row = kv[2]
-        assert row.name == "kv[32:48]" and row.shape == (8,) and row.role == "slice"
-        assert kv[1:3].name == "kv[16:48]" and kv[1:3].shape == (2, 8)
-        assert kv[-1].name == "kv[48:64]"
+        assert row.ref == View("kv", 32, 48) and row.shape == (8,) and row.role == "slice"
+        assert row.name == "kv[32:48]" and row.buffer == "kv"
+        assert kv[1:3].ref == View("kv", 16, 48) and kv[1:3].shape == (2, 8)
+        assert kv[-1].ref == View("kv", 48, 64)
         g(Square(8), x, row)
         scratch = g(Square(32), g.input("y", 32))
         g(Square(8), x, scratch.reshape(4, 8)[0])
-    assert g.steps[0].writes == ("kv[32:48]",)
+    assert g.steps[0].writes == (View("kv", 32, 48),)
+    assert g.accesses()[0] == (("x",), ("kv",))  # planning sees the base
     assert g.pinned() == {"kv": 64, scratch.name: 64}
-    assert g.nbytes("kv[32:48]") == 16
+    assert g.nbytes(View("kv", 32, 48)) == 16 and g.nbytes("kv") == 64
+    assert "Square           x, kv[32:48]" in g.summary()
     with pytest.raises(CaptureError, match="slice of a slice"):
         kv[1:3][0]
     with pytest.raises(IndexError, match="row 4 out of range"):
@@ -142,23 +145,23 @@ def test_duplicate_and_bad_names_are_refused():
             g.input("x[0:2]", 8)
 
 
-def test_per_call_bindings_are_typed_and_unique_per_instance():
+def test_per_call_bindings_are_typed_and_carried_by_each_step():
     with capture() as g:
         pos = g.scalar("pos")
         cache = g.state("cache", (16, 8))
         x = g.input("x", 8)
         copy = CopyAt(size=8, rows=16)
         g(copy, x, cache, offset=pos)
-        g(copy, x, cache, offset=pos)  # the same expression again is fine
-        (binding,) = g.bindings
-        assert (
-            binding.op is copy and binding.member == "offset" and str(binding.expression) == "pos"
+        g(copy, x, cache, offset=pos + 1)  # one instance, another value in another step
+        assert [s.bindings for s in g.steps] == [{"offset": pos}, {"offset": pos + 1}]
+        first, second = g.bindings
+        assert (first.step, first.op, first.member, str(first.expression)) == (
+            0,
+            copy,
+            "offset",
+            "pos",
         )
-        with pytest.raises(
-            CaptureError,
-            match=r"CopyAt.offset is already bound to pos; one operator instance has one value \(got pos \+ 1\)",
-        ):
-            g(copy, x, cache, offset=pos + 1)
+        assert (second.step, str(second.expression)) == (1, "pos + 1")
         with pytest.raises(
             TypeError, match=r"CopyAt has no per-call member 'valid' \(per-call members: offset\)"
         ):
@@ -166,7 +169,9 @@ def test_per_call_bindings_are_typed_and_unique_per_instance():
         with pytest.raises(CaptureError, match="undeclared scalar"):
             g(CopyAt(size=8, rows=16), x, cache, offset=Expr((("nope", 1),)))
         g(CopyAt(size=8, rows=16), x, cache, offset=3)  # a constant binding
-    assert len(g.bindings) == 2
+        g(CopyAt(size=8, rows=16), x, cache)  # unbound: the field's value
+    assert [s.bindings for s in g.steps[2:]] == [{"offset": Expr((), 3)}, {}]
+    assert len(g.bindings) == 3
 
 
 def test_expressions_are_affine():

@@ -114,3 +114,25 @@ def test_device_is_a_frozen_value():
     with pytest.raises(AttributeError):
         npu1.columns = 2
     assert hash(npu1) == hash(Device.from_name("npu1"))
+
+
+def test_the_shim_budget_names_what_does_not_fit():
+    npu1 = Device.from_name("npu1")  # 4 columns x 2 shim channels: 8 streams each way
+    assert npu1.shim_budget_problem(4, streams=2) is None  # 8 of 8
+    assert npu1.shim_budget_problem(5, streams=1) == "at most the 4 columns of npu1"
+    assert npu1.shim_budget_problem(4, streams=2, channels=2) == (
+        "16 shim DMA streams ((4 columns x 2 streams) x 2 channels) exceed the 8 of npu1 at 4 columns"
+    )
+    assert npu1.shim_budget_problem(3, streams=2, replicated=1) is None  # 6 + 1 of 8
+    assert npu1.shim_budget_problem(3, streams=2, channels=2, replicated=1) == (
+        "14 shim DMA streams ((3 columns x 2 streams + 1 shared) x 2 channels) exceed the 8 "
+        "of npu1 at 4 columns"
+    )
+    narrow = Device.from_name("npu2", columns=2)  # the budget shrinks with the width
+    assert narrow.shim_budget_problem(2, streams=2) is None
+    assert narrow.shim_budget_problem(2, streams=3) is not None
+    # the largest width that fits is what shim_columns picks
+    for streams in (1, 2, 3):
+        most = npu1.shim_columns(streams)
+        assert npu1.shim_budget_problem(most, streams) is None
+        assert most == npu1.columns or npu1.shim_budget_problem(most + 1, streams) is not None

@@ -1,6 +1,7 @@
 """The registry, measured in fresh interpreters: this process's sys.modules
 and entry points are whatever the test run happened to load."""
 
+import ast
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from iron.core import registry
+from iron.core import Device, hookimpl, registry
 from iron.core.testing import modules_imported_by, require_distribution
 
 OPERATOR_MODULE = """
@@ -29,7 +30,7 @@ class {name}(Operator):
     def reference(self, x):
         return x.copy()
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.exact()
 """
 
@@ -257,3 +258,105 @@ def test_installed_broken_plugin_is_reported_and_the_rest_work():
         and "failed" in shown.stdout
         and "broken on purpose" in shown.stderr
     )
+
+
+# ---- plugins registered in this process ----
+
+
+class Counter:
+    """A backend factory: each instance is counted."""
+
+    name = "counter"
+    made = 0
+
+    def __init__(self):
+        Counter.made += 1
+
+
+class InProcess:
+    """A plugin as an object: an operator, a device and a backend."""
+
+    @staticmethod
+    @hookimpl
+    def iron_register_operators(register):
+        register("Square", "core_fakes:Square", summary="y = x * x")
+
+    @staticmethod
+    @hookimpl
+    def iron_register_devices(register):
+        register(Device(name="npu7", arch="aie2p", max_columns=2, columns=2))
+
+    @staticmethod
+    @hookimpl
+    def iron_register_backends(register):
+        register("counter", "test_registry:Counter")
+        register("misnamed", "test_registry:Counter")
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    monkeypatch.setitem(sys.modules, "test_registry", sys.modules[__name__])
+    registry.register_plugin(InProcess, name="in-process")
+    yield
+    registry.unregister_plugin("in-process")
+
+
+def test_a_plugin_registered_in_process_loads_like_an_installed_one(in_process):
+    import core_fakes
+
+    assert registry.get_operator("Square") is core_fakes.Square
+    assert registry.operator_entry("Square").family == "in-process"
+    assert Device.from_name("npu7", columns=1).key == "npu7:aie2p:1x4"
+    info = {p.name: p for p in registry.plugins()}["in-process"]
+    assert (info.distribution, info.status) == ("(in process)", "loaded")
+    with pytest.raises(ValueError, match="a plugin named 'in-process' is already registered"):
+        registry.register_plugin(InProcess, name="in-process")
+
+
+def test_unregistering_removes_what_the_plugin_offered(in_process):
+    assert "Square" in registry.operator_names()
+    registry.unregister_plugin("in-process")
+    assert "Square" not in registry.operator_names() and "npu7" not in registry.devices()
+    with pytest.raises(KeyError, match="no in-process plugin 'in-process'"):
+        registry.unregister_plugin("in-process")
+    registry.register_plugin(InProcess, name="in-process")  # for the fixture's teardown
+
+
+def test_a_backend_instance_lives_until_the_registry_reloads(in_process):
+    first = registry.backend("counter")
+    assert registry.backend("counter") is first and Counter.made >= 1
+    made = Counter.made
+    registry.reload()
+    again = registry.backend("counter")
+    assert again is not first and Counter.made == made + 1
+    with pytest.raises(KeyError, match=r"unknown backend .nope.; registered backends: .*counter"):
+        registry.backend("nope")
+    with pytest.raises(
+        registry.RegistryError,
+        match=r"backend 'misnamed' \(from plugin 'in-process'\) made an object named 'counter'",
+    ):
+        registry.backend("misnamed")
+
+
+def test_iron_core_modules_import_without_a_cycle():
+    """device -> registry is the only edge between them: the registry loads
+    iron-core's own plugin (which names the devices) by module name."""
+    root = Path(__file__).parents[1] / "src" / "iron" / "core"
+    modules = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    edges = {}
+    for name in modules:
+        found = set()
+        for node in ast.walk(ast.parse((root / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "iron.core":
+                found |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("iron.core."):
+                found.add(node.module.split(".")[2])
+        edges[name] = found
+    assert "registry" in edges["device"] and "device" in edges["builtin"]
+
+    def reaches(start, goal, seen=()):
+        return any(
+            n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in edges[start]
+        )
+
+    assert [m for m in sorted(modules) if reaches(m, m)] == []

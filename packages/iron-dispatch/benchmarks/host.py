@@ -47,7 +47,7 @@ class Trivial(Operator):
     def reference(self, *arrays):
         return np.zeros(self.output, bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.exact()
 
 
@@ -108,7 +108,7 @@ def measure(calls: int) -> list[tuple[str, str]]:
         return OperatorSequence.from_graph(g)
 
     seq = record_and_plan()
-    rows.append(("graph", f"{len(seq.steps)} steps, {len(seq.sizes)} buffers"))
+    rows.append(("graph", f"{len(seq.runlist.steps)} steps, {len(seq.runlist.sizes)} buffers"))
     rows.append(("record + plan", f"{best_of(record_and_plan) * 1e3:.1f} ms"))
     rows.append(("scratch planning", seq.memory_report().split(": ", 1)[1]))
 
@@ -116,8 +116,8 @@ def measure(calls: int) -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as root:
         os.environ["IRON_CACHE_HOME"] = root
         cache = CompileCache(root)
-        cold = best_of(lambda: (cache.clear(), sim.compile(seq)), 3)
-        warm = best_of(lambda: sim.compile(seq), 5)
+        cold = best_of(lambda: (cache.clear(), sim.compile(seq.runlist, seq.layout)), 3)
+        warm = best_of(lambda: sim.compile(seq.runlist, seq.layout), 5)
     rows.append(("compile, cold (sim)", f"{cold * 1e3:.1f} ms"))
     rows.append(("compile, warm (cache hit)", f"{warm * 1e3:.1f} ms ({cold / warm:.1f}x faster)"))
 
@@ -144,7 +144,7 @@ def measure(calls: int) -> list[tuple[str, str]]:
 
     xb = np.ones(HIDDEN, bf16)
     cost = per_call(lambda: big(xb), max(3, calls // 200))
-    steps = len(next(iter(big.versions.values())).sequence.steps)
+    steps = len(next(iter(big.versions.values())).runlist.steps)
     rows.append(
         (
             f"{steps}-step call, sim fused",

@@ -36,7 +36,7 @@ class Scale(Operator):
     def reference(self, x):
         return (_f32(x) * np.float32(self.factor)).astype(bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.relative(0.01)
 
 
@@ -51,7 +51,7 @@ class Add(Operator):
     def reference(self, a, b):
         return (_f32(a) + _f32(b)).astype(bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.relative(0.01)
 
 
@@ -75,7 +75,7 @@ class Shift(Operator):
     def reference(self, x, *, offset):
         return (_f32(x) + np.float32(offset)).astype(bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.relative(0.01)
 
 
@@ -96,7 +96,7 @@ class WriteRow(Operator):
         out[row] = x
         return out
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.exact()
 
 
@@ -115,7 +115,7 @@ class SumRows(Operator):
     def reference(self, cache, *, valid):
         return _f32(cache[:valid]).sum(axis=0).astype(bf16)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.relative(0.01, 1e-3)
 
 
@@ -128,6 +128,30 @@ class Sloppy(Scale):
 
     def simulate(self, x):
         return (_f32(x) * np.float32(self.factor)).astype(bf16)
+
+
+@attrs.frozen
+class Blurry(Operator):
+    """y = valid * x. Its device model errs by 1% of valid * max|x|, which
+    only a tolerance told the inputs and the call's `valid` allows for."""
+
+    size: int
+    valid: int = per_call(1)
+
+    @staticmethod
+    def arg_spec(size):
+        return same_shape_unary(size)
+
+    def reference(self, x, *, valid):
+        return (_f32(x) * valid).astype(bf16)
+
+    def simulate(self, x, *, valid):
+        return (_f32(x) * valid + 0.01 * valid * np.abs(_f32(x)).max()).astype(bf16)
+
+    def tolerance(self, device=None, *, inputs=None):
+        if inputs is None:
+            return Tolerance.relative(0.01)
+        return Tolerance.relative(0.01, atol=0.02 * self.valid * np.abs(_f32(inputs[0])).max())
 
 
 @attrs.frozen

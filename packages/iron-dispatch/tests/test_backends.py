@@ -2,19 +2,23 @@
 
 import numpy as np
 import pytest
-from dispatch_fakes import Mul, N, Scale, Shift, Sloppy, expected_outputs, make_model
+from dispatch_fakes import Blurry, Mul, N, Scale, Shift, Sloppy, expected_outputs, make_model
 
-from iron.core import bf16, capture
+from iron.core import bf16, capture, compare, registry
 from iron.dispatch import (
+    Backend,
     BackendUnavailable,
     CompileError,
+    Executable,
     GranuleError,
     OperatorSequence,
     get_backend,
     graph,
     run,
 )
+from iron.dispatch.executable import allocate
 from iron.dispatch.memory import Arena
+from iron.dispatch.selection import auto_choice
 
 
 def rows(n, seed):
@@ -95,6 +99,54 @@ def test_compare_mode_flags_the_step_whose_reference_is_wrong():
     assert reports[1].max_abs >= 0.9 and "elements outside" in reports[1].detail
 
 
+def test_compare_mode_judges_with_the_inputs_and_values_the_device_had():
+    @graph(backend="sim", mode="compare")
+    def scaled(g, x, *, n):
+        return g(Blurry(N), g(Scale(N, 4.0), x), valid=n + 1)
+
+    x = rows(1, 5)[0]
+    scaled(x, n=2)
+    (version,) = scaled.versions.values()
+    assert [(r.operator, r.passed) for r in version.reports] == [("Scale", True), ("Blurry", True)]
+    # what the step is judged by: without the device's inputs and the call's
+    # valid, the same result fails
+    h = (x.astype(np.float32) * 4).astype(bf16)
+    device_result = Blurry(N).simulate(h, valid=3)
+    (expected,) = Blurry(N).call_reference(h, valid=3)
+    assert not compare(device_result, expected, Blurry(N).tolerance())
+    assert not compare(device_result, expected, Blurry(N).tolerance(inputs=[h]))  # valid 1
+    assert compare(device_result, expected, Blurry(N, valid=3).tolerance(inputs=[h]))
+
+
+def test_a_backend_that_cannot_compare_refuses_compare_mode():
+    seq = many_values(1)
+    reference = get_backend("reference")
+    with pytest.raises(
+        ValueError, match=r"backend 'reference' has no mode 'compare' \(modes: fused, separate\)"
+    ):
+        reference.compile(seq.runlist, seq.layout, "compare")
+    compare_image = get_backend("sim").compile(seq.runlist, seq.layout, "compare")
+    with pytest.raises(ValueError, match="backend 'reference' has no mode 'compare'"):
+        reference.load(compare_image, allocate(compare_image, granule=64, unified=True))
+
+    @graph(backend="reference", mode="compare")
+    def plain(g, x):
+        return g(Scale(N), x)
+
+    with pytest.raises(ValueError, match="backend 'reference' has no mode 'compare'"):
+        plain(rows(1, 6)[0])
+
+
+def test_registered_backends_follow_the_protocol():
+    for name in ("reference", "sim", "npu"):
+        assert isinstance(get_backend(name), Backend), name
+    seq = many_values(1)
+    image = get_backend("sim").compile(seq.runlist, seq.layout)
+    executable = get_backend("sim").load(image, allocate(image, granule=64, unified=False))
+    assert isinstance(executable, Executable)
+    assert not isinstance(object(), Backend)
+
+
 def test_granule_sharing_buffers_cannot_be_synced_alone():
     tiny = 50  # bf16 elements: 100 B buffers
     runlist = [(Mul(tiny), "x", "w", "t"), (Mul(tiny), "t", "v", "y")]
@@ -125,13 +177,15 @@ def many_values(n):
 
 def test_parameter_scratchpad_has_32_words_and_shares_them():
     backend = get_backend("sim")
-    image = backend.compile(many_values(32), "fused")
+    seq = many_values(32)
+    image = backend.compile(seq.runlist, seq.layout, "fused")
     assert len(image.parameters) == 32
     assert image.steps[0].words == image.steps[-1].words  # pos + 0 twice: one word
     with pytest.raises(
         CompileError, match="33 distinct per-call values exceed the parameter scratchpad's 32 words"
     ):
-        backend.compile(many_values(33), "fused")
+        seq = many_values(33)
+        backend.compile(seq.runlist, seq.layout, "fused")
     x = np.zeros(N, bf16)
     (got,) = run(
         many_values(33), {"x": x}, values={"pos": 1}, backend="sim", mode="separate"
@@ -145,12 +199,24 @@ def test_parameter_scratchpad_has_32_words_and_shares_them():
 # ---- choosing a backend ----
 
 
-def test_auto_picks_sim_without_an_npu_and_says_why_npu_was_passed_over():
-    from iron.dispatch.selection import auto_choice
-
+def test_auto_picks_sim_without_an_npu_and_says_why_npu_was_passed_over(npu_stack):
+    npu_stack(present=False)
     chosen, passed_over = auto_choice()
-    assert chosen == "sim" and "npu" in passed_over
+    assert chosen == "sim" and passed_over["npu"].startswith("mlir-aie is missing")
     assert get_backend().name == "sim"
+
+
+def test_with_the_npu_stack_present_npu_still_waits_for_its_lowering(npu_stack):
+    npu_stack(present=True)
+    chosen, passed_over = auto_choice()
+    assert chosen == "sim" and "IRON's mlir-aie lowering is not built yet" in passed_over["npu"]
+
+
+def test_reload_makes_fresh_backend_instances():
+    sim = get_backend("sim")
+    assert get_backend("sim") is sim
+    registry.reload()
+    assert get_backend("sim") is not sim and get_backend("sim").hits == 0
 
 
 def test_iron_backend_overrides_the_default(monkeypatch, weight):
@@ -158,9 +224,24 @@ def test_iron_backend_overrides_the_default(monkeypatch, weight):
     assert get_backend().name == "reference"
     assert make_model(weight, backend=None).backend.name == "reference"
     assert make_model(weight, backend="sim").backend.name == "sim"  # an explicit choice wins
+    monkeypatch.setenv("IRON_BACKEND", "gpu")
+    with pytest.raises(KeyError, match="IRON_BACKEND='gpu' is not a registered backend"):
+        get_backend()
 
 
-def test_npu_backend_names_what_is_missing(weight):
+def test_iron_device_and_poison_are_the_graph_defaults(monkeypatch, weight):
+    monkeypatch.setenv("IRON_DEVICE", "npu1")
+    monkeypatch.setenv("IRON_POISON", "1")
+    model = graph(lambda g, x: g(Scale(N), x))
+    assert (model.device.name, model.poison) == ("npu1", True)
+    assert graph(lambda g, x: x, device="npu2", poison=False).device.name == "npu2"
+    monkeypatch.setenv("IRON_DEVICE", "npu9")
+    with pytest.raises(ValueError, match="IRON_DEVICE='npu9': unknown device 'npu9'"):
+        graph(lambda g, x: x)
+
+
+def test_npu_backend_names_what_is_missing(weight, npu_stack):
+    npu_stack(present=False)
     npu = get_backend("npu")
     ok, why = npu.available()
     assert not ok
@@ -174,9 +255,10 @@ def test_npu_backend_names_what_is_missing(weight):
 
 
 def test_unknown_backend_and_mode():
-    with pytest.raises(
-        KeyError, match="unknown backend 'gpu'; registered backends: npu, reference, sim"
-    ):
+    registered = ", ".join(sorted(registry.backends()))
+    assert {"npu", "reference", "sim"} <= set(registry.backends())
+    with pytest.raises(KeyError, match=f"unknown backend 'gpu'; registered backends: {registered}"):
         get_backend("gpu")
     with pytest.raises(ValueError, match="backend 'sim' has no mode 'turbo'"):
-        get_backend("sim").compile(many_values(1), "turbo")
+        seq = many_values(1)
+        get_backend("sim").compile(seq.runlist, seq.layout, "turbo")

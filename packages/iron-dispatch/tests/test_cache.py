@@ -114,7 +114,8 @@ def test_cache_info_and_clear_commands(capsys):
     assert CompileCache().info()["entries"] == 0
 
 
-def test_doctor_reports_the_backends(capsys):
+def test_doctor_reports_the_backends(capsys, npu_stack):
+    npu_stack(present=False)
     main(["doctor"])
     out = capsys.readouterr().out
     assert "backend reference: available" in out and "backend sim: available" in out

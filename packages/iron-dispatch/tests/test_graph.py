@@ -6,7 +6,7 @@ from dispatch_fakes import ROWS, Mul, N, Scale, expected_outputs, make_model
 
 from iron.alloc import ArenaPlan
 from iron.core import bf16
-from iron.dispatch import OperatorSequence, graph
+from iron.dispatch import arena_layout, graph
 
 
 @pytest.fixture
@@ -25,13 +25,14 @@ def test_two_shapes_two_versions_one_arena(weight):
     model.compile(x=((1, N), bf16))
     model.load()
     assert len(model.versions) == 2 and model.arena.size > 0
-    first, second = (v.sequence.layout.scratch for v in model.versions.values())
+    first, second = (v.layout.scratch for v in model.versions.values())
     assert first["w"] == second["w"] and first["cache"] == second["cache"]
     private = 0
     for version in model.versions.values():
         alone = ArenaPlan()
-        OperatorSequence.from_graph(version.graph, inputs=["x"], outputs=version.sequence.outputs, arena=alone,
-                                    residents=version.sequence.residents, device=model.device)  # fmt: skip
+        residents = {n: n for n in version.layout.host_addressed}
+        assert residents.keys() == {"w", "cache"}
+        arena_layout(version.runlist, alone, residents)
         private += alone.size
     assert model.arena.size < private
     got = [model(prefill, pos=0), model(decode, pos=4)]  # decode reads the rows prefill wrote

@@ -3,8 +3,8 @@ import pytest
 from dispatch_fakes import Add, Mul, Scale, Shift, SumRows
 
 from iron.alloc import check
-from iron.core import bf16, capture
-from iron.dispatch import LayoutError, OperatorSequence, run
+from iron.core import Device, View, bf16, capture
+from iron.dispatch import LayoutError, OperatorSequence, Runlist, run
 
 N = 1024  # elements: 2048 B of bf16
 rng = np.random.default_rng(7)
@@ -32,9 +32,9 @@ def test_planning_shrinks_a_chain_to_its_lower_bound():
     )
     assert seq.layout.size("scratch") == 4096
     assert seq.layout.scratch["t0"][0] == seq.layout.scratch["t2"][0]  # ping-pong
-    check(seq.plan, seq.ranges, seq.sizes)
+    check(seq.plan, seq.runlist.live_ranges(), seq.runlist.sizes)
     unplanned = OperatorSequence("chain", chain(), ["x"], ["y"], plan_scratch=False)
-    assert unplanned.layout.size("scratch") == 6144
+    assert unplanned.plan is None and unplanned.layout.size("scratch") == 6144
     assert len({o for o, _ in unplanned.layout.scratch.values()}) == 3
 
 
@@ -45,7 +45,7 @@ def test_planned_buffers_are_rebased_past_pinned_ones():
     assert (w_offset, w_bytes) == (0, 2048)
     for name in ("t0", "t1"):
         assert seq.layout.scratch[name][0] >= w_offset + w_bytes
-    check(seq.plan, seq.ranges, seq.sizes)
+    check(seq.plan, seq.runlist.live_ranges(), seq.runlist.sizes)
     assert seq.layout.input == {"x": (0, 2048)} and seq.layout.output == {"y": (0, 2048)}
 
 
@@ -58,10 +58,12 @@ def test_slices_resolve_to_their_base_and_are_never_pooled():
         (SumRows(N, rows, valid=4), "stack", "y"),
     ]
     seq = OperatorSequence("slices", runlist, ["x"], ["y"])
-    assert "stack" in seq.pinned and "stack" not in seq.ranges
+    assert "stack" in seq.runlist.pinned and "stack" not in seq.runlist.live_ranges()
+    assert "stack" in seq.layout.host_addressed and "t0" not in seq.layout.host_addressed
     base_offset, base_bytes = seq.layout.scratch["stack"]
     assert base_bytes == rows * row_bytes
-    assert seq.layout.locate(f"stack[{row_bytes}:{2 * row_bytes}]") == (
+    assert seq.runlist.steps[1].args[1] == View("stack", row_bytes, 2 * row_bytes)  # text read once
+    assert seq.layout.locate(View("stack", row_bytes, 2 * row_bytes)) == (
         "scratch",
         base_offset + row_bytes,
         row_bytes,
@@ -86,7 +88,7 @@ def test_no_two_live_buffers_share_bytes_on_a_fan_out():
         (Add(N), "c", "a", "y"),
     ]
     seq = OperatorSequence("fan", runlist, ["x"], ["y"])
-    check(seq.plan, seq.ranges, seq.sizes)
+    check(seq.plan, seq.runlist.live_ranges(), seq.runlist.sizes)
     assert seq.layout.size("scratch") == 3 * 2048  # a, b and c are all live at step 2
 
 
@@ -113,7 +115,7 @@ def test_captured_graph_and_hand_written_runlist_agree_bit_for_bit(plan_scratch)
     x = random_bf16(N)
     written = OperatorSequence("swiglu", swiglu_runlist(), ["x"], ["y"], plan_scratch=plan_scratch)
     captured = OperatorSequence.from_graph(swiglu_capture(), plan_scratch=plan_scratch)
-    (out_name,) = captured.outputs
+    (out_name,) = captured.runlist.outputs
     a = run(written, {"x": x}, poison=True)["y"]
     b = run(captured, {"x": x}, poison=True)[out_name]
     expected = (
@@ -159,6 +161,19 @@ def test_per_call_values_reach_the_references():
         assert (y == 2 * pos + 1).all()
 
 
+def test_one_operator_instance_takes_each_steps_own_value():
+    shift = Shift(N)
+    with capture("twice") as g:
+        x = g.input("x", N)
+        pos = g.scalar("pos")
+        g(shift, g(shift, x, offset=pos), offset=pos * 10)
+    seq = OperatorSequence.from_graph(g, device=Device.from_name("npu2"))  # resolved copies
+    assert [s.op is shift for s in seq.runlist.steps] == [False, False]
+    for backend in ("reference", "sim"):
+        (y,) = run(seq, {"x": np.zeros(N, bf16)}, values={"pos": 2}, backend=backend).values()
+        assert (y == 22).all(), backend
+
+
 # ---- errors ----
 
 
@@ -193,17 +208,37 @@ def test_io_that_no_step_touches():
         OperatorSequence("bad", chain(), ["x"], ["y", "w"])
 
 
-def test_runlist_entries_must_be_operator_then_names():
+def test_runlist_entries_must_be_operator_then_buffers():
     with pytest.raises(
-        TypeError, match="step 0: a runlist entry is \\(Operator, \\*buffer_names\\)"
+        TypeError, match="step 0: a runlist entry is \\(Operator, \\*buffers\\) or a Step"
     ):
         OperatorSequence("bad", [("Scale", "x", "y")], ["x"], ["y"])
-    with pytest.raises(TypeError, match="step 0 \\(Scale\\): buffer names must be strings"):
+    with pytest.raises(
+        TypeError, match="step 0 \\(Scale\\): a buffer is a plain name or a View, got 3"
+    ):
         OperatorSequence("bad", [(Scale(N), "x", 3)], ["x"], [])
     with pytest.raises(
         TypeError, match="step 0 \\(Scale\\): 1 buffer names for 2 arg specs \\(x, y\\)"
     ):
         OperatorSequence("bad", [(Scale(N), "x")], ["x"], [])
+    with pytest.raises(
+        LayoutError,
+        match="step 0 \\(Scale\\): 'kv\\[0:\\]' is neither a buffer name nor a view",
+    ):
+        OperatorSequence("bad", [(Scale(N), "x", "kv[0:]")], ["x"], [], buffer_sizes={"kv": 4096})
+
+
+def test_views_and_their_text_give_one_runlist():
+    sizes = {"kv": 4 * N}
+    text = OperatorSequence("t", [(Scale(N), "x", "kv[2048:4096]")], ["x"], [], buffer_sizes=sizes)
+    typed = OperatorSequence(
+        "t", [(Scale(N), "x", View("kv", 2048, 4096))], ["x"], [], buffer_sizes=sizes
+    )
+    assert text.runlist.steps == typed.runlist.steps and text.layout == typed.layout
+    with pytest.raises(
+        TypeError, match="a buffer is a plain name or a View, got 'kv\\[2048:4096\\]'"
+    ):
+        Runlist("t", [(Scale(N), "x", "kv[2048:4096]")], ["x"], [], buffer_sizes=sizes)
 
 
 def test_reading_a_buffer_nobody_wrote():

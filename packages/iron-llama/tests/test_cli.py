@@ -1,5 +1,11 @@
+import re
+import sys
+import types
+
 import numpy as np
 
+from iron.core import hookimpl, registry
+from iron.dispatch.backends.reference import ReferenceBackend
 from iron.llama import Model, Oracle, OracleModel, Tokenizer
 from iron.llama.cli import demo_dir, main, paragraphs, printable
 
@@ -123,3 +129,31 @@ def test_bad_input_exits_2_naming_the_rule(tiny_dir, tmp_path, capsys):
 def test_control_characters_are_shown_not_sent_to_the_terminal():
     assert printable("a\x1b[2Jb\n\tc\x00") == "a␛[2Jb\n\tc␀"
     assert printable("\x7f\x9b31m é鉄") == "␡\ufffd31m é鉄"
+
+
+class ThirdParty(ReferenceBackend):
+    name = "third-party"
+
+
+class ThirdPartyPlugin:
+    @staticmethod
+    @hookimpl
+    def iron_register_backends(register):
+        register("third-party", "third_party_backend:ThirdParty")
+
+
+def test_backend_accepts_any_registered_backend(tiny_dir, capsys, monkeypatch):
+    code, _, err = run(capsys, "demo", "--backend", "third-party", "--num-tokens", "1")
+    assert code == 2 and "invalid choice: 'third-party'" in err
+    module = types.ModuleType("third_party_backend")
+    module.ThirdParty = ThirdParty
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    registry.register_plugin(ThirdPartyPlugin, name="third-party-backend")
+    try:
+        code, _, err = run(
+            capsys, "generate", "--model", tiny_dir, "--prompt", "Iron", "--num-tokens", 2,
+            "--backend", "third-party",
+        )  # fmt: skip
+    finally:
+        registry.unregister_plugin("third-party-backend")
+    assert code == 0 and re.search(r"^backend +third-party$", err, flags=re.M)

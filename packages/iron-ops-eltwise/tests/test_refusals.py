@@ -43,15 +43,15 @@ REFUSALS = [
     (ReLU, {"size": 8192, "num_aie_columns": 8}, NPU1, "num_aie_columns",
      "at most the 4 columns of npu1"),
     (ElementwiseAdd, {"size": 8192, "num_aie_columns": 4, "num_channels": 2}, NPU1,
-     "num_aie_columns", "16 shim DMA streams ((num_aie_columns=4 x 2 per core) x "
-     "num_channels=2) exceed the 8 of npu1 at 4 columns"),
+     "num_aie_columns", "16 shim DMA streams ((4 columns x 2 streams) x 2 channels) "
+     "exceed the 8 of npu1 at 4 columns"),
     (ElementwiseAdd, {"size": 8192, "num_aie_columns": 8}, Device.from_name("npu2", columns=4),
      "num_aie_columns", "at most the 4 columns of npu2"),
     (ElementwiseAdd, {"size": 8192, "num_channels": 2}, Device.from_name("npu1", columns=1),
-     "num_channels", "4 shim DMA streams ((num_aie_columns=1 x 2 per core) x num_channels=2) "
+     "num_channels", "4 shim DMA streams ((1 columns x 2 streams) x 2 channels) "
      "exceed the 2 of npu1 at 1 columns"),
     (RMSNorm, {"size": 16 * 256, "tile_size": 256, "weighted": True, "num_aie_columns": 4,
-               "num_channels": 2}, NPU1, "num_aie_columns", "(num_aie_columns=4 x 1 per core + 1 shared) x num_channels=2"),
+               "num_channels": 2}, NPU1, "num_aie_columns", "((4 columns x 1 streams + 1 shared) x 2 channels)"),
     # norms
     (RMSNorm, {"size": 16384, "tile_size": 16384}, None, "tile_size", "at most 8192"),
     (RMSNorm, {"size": 1000, "tile_size": 256}, None, "size", "a whole number of 256-element rows"),

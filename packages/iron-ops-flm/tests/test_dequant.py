@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from iron.core import Device, OperatorError
+from iron.core.numerics import round_to_bf16
 from iron.ops.flm.dequant import DequantBFP, dequantize, q4nx_size, random_q4nx
 from iron.ops.flm.gemm import FLMGemm
-from iron.ops.flm.packing import Rounding, round_to_bf16
 
 NPU1, NPU2 = Device.from_name("npu1"), Device.from_name("npu2")
 
@@ -47,9 +47,7 @@ def test_dequantize_reads_the_layer_table():
     got = got.astype(np.float64)
     assert (got <= exact + 1e-7 * np.abs(exact)).all()
     assert (exact - got <= 2**-7 * np.abs(exact) + 1e-7).all()
-    assert np.array_equal(
-        got, round_to_bf16(exact.astype(np.float32), Rounding.FLOOR).astype(float)
-    )
+    assert np.array_equal(got, round_to_bf16(exact.astype(np.float32), floor=True).astype(float))
 
 
 @pytest.mark.parametrize("K, N", [(1024, 128), (1536, 640), (2048, 256), (4096, 64)])

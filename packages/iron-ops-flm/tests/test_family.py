@@ -45,8 +45,26 @@ def test_listing_imports_no_operator_module():
 
 def test_package_import_is_light():
     loaded = modules_imported_by("import iron.ops.flm")
-    assert {m for m in loaded if m.startswith("iron.ops.flm.")} == set()
-    assert "iron.core" not in loaded
+    assert {m for m in loaded if m.startswith("iron.ops.flm.")} == {"iron.ops.flm.plugin"}
+
+
+@pytest.mark.parametrize(
+    "name, module, other", [("FLMGemm", "gemm", "dequant"), ("DequantBFP", "dequant", "gemm")]
+)
+def test_package_attributes_import_their_own_module(name, module, other):
+    loaded = modules_imported_by(f"from iron.ops.flm import {name}")
+    assert f"iron.ops.flm.{module}" in loaded and f"iron.ops.flm.{other}" not in loaded
+
+
+def test_package_attributes_are_the_registered_classes():
+    import iron.ops.flm as flm
+    from iron.ops.flm import DequantBFP, FLMGemm
+
+    assert FLMGemm is registry.get_operator("FLMGemm")
+    assert DequantBFP is registry.get_operator("DequantBFP")
+    assert dir(flm) == ["DequantBFP", "FLMGemm"]
+    with pytest.raises(AttributeError, match="no attribute 'pack_b'"):
+        flm.pack_b  # noqa: B018
 
 
 def test_no_namespace_init_files():

@@ -203,9 +203,9 @@ def test_tolerance_tracks_the_accumulated_mass():
     a, b = op.example_inputs(np.random.default_rng(2))
     dense = op.unpack_b(b)
     mass = 1024 * np.abs(a.astype(np.float64)).mean() * np.abs(dense.astype(np.float64)).mean()
-    tolerance = op.tolerance(NPU2, a, b)
+    tolerance = op.tolerance(NPU2, inputs=(a, b))
     assert tolerance.rtol == 0.04 and math.isclose(tolerance.atol, 0.004 * mass, rel_tol=1e-6)
-    assert math.isclose(op.tolerance(NPU2, a, dense).atol, tolerance.atol)
+    assert math.isclose(op.tolerance(NPU2, inputs=(a, dense)).atol, tolerance.atol)
     # the default is the example inputs' expected mass: K * 4 sqrt(2/pi) * 2
     default = op.tolerance(NPU2).atol
     assert math.isclose(default, 0.004 * 1024 * 4 * math.sqrt(2 / math.pi) * 2)
@@ -225,8 +225,8 @@ def test_tolerance_rejects_a_misread_b():
     a, b = op.example_inputs(np.random.default_rng(3))
     expected = op.reference(a, b)
     misread = attrs.evolve(op, tile_n=32, ct_k=32).reference(a, b)  # the same bytes, another order
-    assert not compare(misread, expected, op.tolerance(NPU2, a, b))
-    assert compare(expected, expected, op.tolerance(NPU2, a, b))
+    assert not compare(misread, expected, op.tolerance(NPU2, inputs=(a, b)))
+    assert compare(expected, expected, op.tolerance(NPU2, inputs=(a, b)))
 
 
 def test_pack_b_uses_the_resolved_layout_and_rounding():

@@ -62,7 +62,7 @@ def measure() -> list[list[str]]:
         expected = reference.astype(np.float64)
         mass = K * np.mean(np.abs(a.astype(np.float64))) * np.mean(np.abs(b.astype(np.float64)))
         for device, label, model in MODELS:
-            tolerance = op.tolerance(Device.from_name(device), a=a, b=b)
+            tolerance = op.tolerance(Device.from_name(device), inputs=(a, b))
             got = model(a, b).astype(np.float64)
             needed = np.max(np.abs(got - expected) - 0.04 * np.abs(expected)) / mass
             zeros = compare(np.zeros_like(reference), reference, tolerance)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.core import Graph, dtype_name
+from iron.core import Graph, View, dtype_name
 
 
 def run_graph(g: Graph, inputs: dict, scalars: dict | None = None, state: dict | None = None):
@@ -19,14 +19,11 @@ def run_graph(g: Graph, inputs: dict, scalars: dict | None = None, state: dict |
         if buffer.role == "state":
             state.setdefault(name, np.zeros(buffer.shape, buffer.dtype))
     arrays = {**g.weights, **state, **inputs}
-    members: dict[int, dict] = {}
-    for binding in g.bindings:
-        value = binding.expression.evaluate(scalars or {})
-        members.setdefault(id(binding.op), {})[binding.member] = value
     for step in g.steps:
-        assert not any("[" in name for name in step.args), "slices are not interpreted here"
+        assert not any(isinstance(a, View) for a in step.args), "views are not interpreted here"
         reads = [arrays[n].reshape(s.shape) for n, s in zip(step.args, step.specs) if s.reads]
-        written = step.op.call_reference(*reads, **members.get(id(step.op), {}))
+        members = {m: e.evaluate(scalars or {}) for m, e in step.bindings.items()}
+        written = step.op.call_reference(*reads, **members)
         targets = [n for n, s in zip(step.args, step.specs) if s.writes]
         for name, array in zip(targets, written):
             buffer = g.buffers[name]

@@ -1,3 +1,4 @@
+import attrs
 import numpy as np
 import pytest
 from support import run_graph, unfaithful_fraction
@@ -95,24 +96,27 @@ def test_garbage_past_the_valid_length_never_reaches_the_output():
         (dirty,) = context_op.call_reference(dirty_weights, poisoned(values, valid), valid=valid)
         assert np.array_equal(dirty.view(np.uint16), clean.view(np.uint16))
         assert np.all(np.isfinite(dirty.astype(np.float32)))
-    # the data-aware tolerances see only what is read
-    assert scores_op.tolerance(q=q, keys=poisoned(keys, 17), valid=17) == scores_op.tolerance(
-        q=q, keys=keys, valid=17
+    # the data-aware tolerances see only what is read, up to the call's valid length
+    scores_17, context_17 = (attrs.evolve(op, valid=17) for op in (scores_op, context_op))
+    assert scores_17.tolerance(inputs=(q, poisoned(keys, 17))) == scores_17.tolerance(
+        inputs=(q, keys)
     )
-    assert context_op.tolerance(
-        weights=weights, values=poisoned(values, 17), valid=17
-    ) == context_op.tolerance(weights=weights, values=values, valid=17)
+    assert context_17.tolerance(inputs=(weights, poisoned(values, 17))) == context_17.tolerance(
+        inputs=(weights, values)
+    )
 
 
 def test_tolerances_scale_with_what_is_read():
     rng = np.random.default_rng(33)
     q, keys = normal(rng, H, D), normal(rng, L, KV, D)
     mass = D * np.mean(np.abs(q.astype(np.float64))) * np.mean(np.abs(keys[:10].astype(np.float64)))
-    assert GQAScores(**SHAPE).tolerance(q=q, keys=keys, valid=10).atol == pytest.approx(
+    assert GQAScores(**SHAPE, valid=10).tolerance(inputs=(q, keys)).atol == pytest.approx(
         2e-4 * mass / 8
     )
     # a softmax's weights average to 1 / valid: the context's mass is then mean|values|
-    assert GQAContext(**SHAPE).tolerance(valid=10).atol == pytest.approx(2e-4 * np.sqrt(2 / np.pi))
+    assert GQAContext(**SHAPE, valid=10).tolerance().atol == pytest.approx(
+        2e-4 * np.sqrt(2 / np.pi)
+    )
 
 
 def test_columns_serve_whole_kv_groups():

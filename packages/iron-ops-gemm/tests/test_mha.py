@@ -133,9 +133,9 @@ def test_tolerance_is_irons_device_check_scaled_to_the_values():
         0.15,
         0.005,
     )
-    v = np.full((8, 128, 64), 2.0)
+    q, k, v = (np.full((8, 128, 64), x) for x in (100.0, 100.0, 2.0))
     v[0, 0, 0] = np.nan  # garbage does not set the scale
-    assert op.tolerance(NPU2, v=v).atol == pytest.approx(0.075)
+    assert op.tolerance(NPU2, inputs=(q, k, v)).atol == pytest.approx(0.075)  # V alone counts
 
 
 REFUSALS = [

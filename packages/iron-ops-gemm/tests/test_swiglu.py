@@ -124,7 +124,7 @@ def test_decode_and_prefill_agree_on_one_row():
     prefill = run_graph(g_prefill, {"x": x})[y_prefill.name]
     # float32 sums in another order: judged as the last projection's result
     h = decode_buffers[g_decode.steps[-1].reads[1]]
-    tolerance = GEMV(M=embed, K=hidden).tolerance(NPU2, a=weights[2], x=h)
+    tolerance = GEMV(M=embed, K=hidden).tolerance(NPU2, inputs=(weights[2], h))
     assert compare(prefill[0], decode, tolerance)
     assert not compare(prefill[1], decode, tolerance)  # a different row is not
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
-from .liveness import Step, is_slice, touch_ranges
+from .liveness import Step, touch_ranges
 from .planner import Allocation, _index, align_up, place
 
 
@@ -48,7 +48,7 @@ class ArenaPlan:
     ) -> dict[str, int]:
         """Place one image and return the offset of every name in `sizes`.
 
-        `sizes` maps each buffer of the image (base names, no slices) to its
+        `sizes` maps each buffer of the image to its
         bytes; `residents` maps the resident ones to their storage key. A
         storage key seen for the first time gets the aligned offset above
         everything placed so far and keeps it forever; a key seen before must
@@ -59,10 +59,6 @@ class ArenaPlan:
         """
         residents = dict(residents or {})
         for name, size in sizes.items():
-            if is_slice(name):
-                raise ValueError(
-                    f"ArenaPlan.place_image: {name!r} is a slice; size its base buffer instead"
-                )
             if _index("ArenaPlan.place_image", f"size of {name!r}", size) < 0:
                 raise ValueError(f"ArenaPlan.place_image: size of {name!r} must be >= 0")
         for name in residents:

@@ -1,7 +1,6 @@
 """Benchmark of the planner on public traces and on random graphs.
 
     python -m iron.alloc.bench [--data DIR] [--quick] [--seed S] [--random N]
-                               [--write-readme --readme PATH]
     iron-alloc-bench ...        (the same, as a console script)
 
 Each CSV instance (`id,lower,upper,size`, live on the half-open steps
@@ -10,8 +9,8 @@ Each CSV instance (`id,lower,upper,size`, live on the half-open steps
 instance and alignment reports naive/LB (one buffer each), greedy/LB, best/LB
 and the time of each, LB being `peak_live_bytes`. A graph of random chains
 with fan-out (`random_steps`, reproducible from its seed) goes through
-`live_ranges` first. `--write-readme` puts the table between the markers
-`<!-- bench:planner -->` and `<!-- /bench -->` of the README.
+`live_ranges` first. `benchmarks/planner.py` in the repository runs this
+with its corpus and can write the report into the package README.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import argparse
 import csv
 import platform
 import random
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -33,7 +31,6 @@ from .planner import BEST_AUTO_LIMIT, align_up, place
 
 QUICK = ("minimalloc_A", "minimalloc_F")
 REAL = ("somas_resnet50", "somas_pangu_2.6B", "iopddl_G_1", "iopddl_S_1", "iopddl_Y_1")
-START, END = "<!-- bench:planner -->", "<!-- /bench -->"
 
 
 def load_instance(path: str | Path) -> tuple[dict[str, LiveRange], dict[str, int]]:
@@ -190,19 +187,7 @@ def goals(rows: Sequence[Row]) -> list[str]:
     return out
 
 
-def write_readme(readme: Path, text: str) -> None:
-    content = readme.read_text()
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
-    if not pattern.search(content):
-        raise ValueError(f"write_readme: {readme} has no {START} ... {END} markers")
-    readme.write_text(pattern.sub(lambda _: f"{START}\n{text}\n{END}", content))
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    default_data: Path | None = None,
-    default_readme: Path | None = None,
-) -> int:
+def parser(default_data: Path | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=default_data, help="folder of CSV instances")
     parser.add_argument(
@@ -216,23 +201,21 @@ def main(
         help="steps of the random graph (default 5000, quick 300)",
     )
     parser.add_argument("--alignments", type=int, nargs="+", default=[1, 64])
-    parser.add_argument(
-        "--write-readme", action="store_true", help="write the table into the README"
-    )
-    parser.add_argument("--readme", type=Path, default=default_readme)
-    args = parser.parse_args(argv)
-    if args.data is not None and not args.data.is_dir():
-        parser.error(f"--data {args.data} is not a folder")
-    if args.write_readme and args.readme is None:
-        parser.error("--write-readme needs --readme PATH")
-    random_n = args.random if args.random is not None else (300 if args.quick else 5000)
+    return parser
 
+
+def report(args: argparse.Namespace) -> str:
+    """Plan every instance `args` selects, printing each row as it is
+    measured; the whole table, the machine and the goals as text."""
+    if args.data is not None and not args.data.is_dir():
+        raise SystemExit(f"--data {args.data} is not a folder")
+    random_n = args.random if args.random is not None else (300 if args.quick else 5000)
     rows = []
     for name, ranges, sizes in instances(args.data, args.quick, args.seed, random_n):
         for alignment in args.alignments:
             rows.append(measure(name, ranges, sizes, alignment))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
-    report = "\n".join(
+    text = "\n".join(
         [
             table(rows),
             "",
@@ -243,23 +226,22 @@ def main(
         ]
     )
     if args.data is None:
-        report += "\n\n(no CSV corpus found: pass --data DIR to include it)"
+        text += "\n\n(no CSV corpus found: pass --data DIR to include it)"
+    return text
+
+
+def main(argv: Sequence[str] | None = None, default_data: Path | None = None) -> int:
+    text = report(parser(default_data).parse_args(argv))
     print()
-    print(report)
-    if args.write_readme:
-        write_readme(args.readme, report)
+    print(text)
     return 0
 
 
 def cli() -> int:
     """`python -m iron.alloc.bench` and `iron-alloc-bench`: from the repository
-    root the corpus and README are found; elsewhere pass --data (and --readme)."""
+    root the corpus is found; elsewhere pass --data."""
     data = Path("packages/iron-alloc/benchmarks/data")
-    readme = Path("packages/iron-alloc/README.md")
-    return main(
-        default_data=data if data.is_dir() else None,
-        default_readme=readme if readme.is_file() else None,
-    )
+    return main(default_data=data if data.is_dir() else None)
 
 
 if __name__ == "__main__":

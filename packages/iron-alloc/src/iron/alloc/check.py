@@ -19,7 +19,8 @@ def check(plan: Plan, ranges: Mapping[str, LiveRange], sizes: Mapping[str, int])
     Safe means: every buffer in `ranges` has an offset that is a multiple of
     `plan.alignment`, ends within `plan.size`, and shares no byte with any
     other buffer (or fixed allocation of the plan) that is live at one of its
-    steps. The message names the two buffers, their ranges and byte spans.
+    steps; fixed allocations are live at every step, so no two of them share
+    a byte either. The message names the two buffers, their ranges and byte spans.
     Buffers of size 0 take no bytes. Runs in O(n log n): a sweep over steps
     keeps the live buffers ordered by offset and compares each newcomer with
     its neighbours only, which finds an overlap whenever one exists.
@@ -41,10 +42,10 @@ def check(plan: Plan, ranges: Mapping[str, LiveRange], sizes: Mapping[str, int])
             )
         if size > 0:
             spans.append((live.begin, live.end, offset, offset + size, name))
-    if not spans:
-        return
-    first = min(span[0] for span in spans)
-    last = max(span[1] for span in spans)
+    # fixed allocations hold their bytes at every step: two of them overlapping
+    # are unsafe even with no buffer planned around them
+    first = min((span[0] for span in spans), default=0)
+    last = max((span[1] for span in spans), default=0)
     for allocation in plan.fixed:
         if allocation.size > 0:
             spans.append((first, last, allocation.offset, allocation.end, allocation.name))

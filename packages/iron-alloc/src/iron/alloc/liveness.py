@@ -51,16 +51,6 @@ class LiveRange:
         return self.end - self.begin + 1
 
 
-def is_slice(name: str) -> bool:
-    """A name like `"base[a:b]"` is a view into `base`, never a buffer of its own."""
-    return "[" in name
-
-
-def base_name(name: str) -> str:
-    """The buffer a (possibly sliced) name refers to: `"x[0:64]"` -> `"x"`."""
-    return name.split("[", 1)[0]
-
-
 def _checked_steps(function: str, steps: Sequence[Step]) -> list[tuple[list[str], list[str]]]:
     checked = []
     for index, step in enumerate(steps):
@@ -91,14 +81,14 @@ def _checked_steps(function: str, steps: Sequence[Step]) -> list[tuple[list[str]
 def live_ranges(steps: Sequence[Step], pinned: Iterable[str] = ()) -> dict[str, LiveRange]:
     """The poolable buffers of `steps` and the range each must keep its bytes.
 
-    A buffer is poolable when some step writes it and a later step reads it;
-    its range runs from its first write to its last touch (a write after the
-    last read still writes its bytes, so it extends the range too). No range
-    is given to a buffer that is pinned, read at or before its first write
-    (a host input: an in-place first touch reads outside data), never read
-    after it is written (a host output), or that is a slice `"base[a:b]"`.
-    A slice access counts as an access to its base, so a base outlives every
-    view of it. Buffers appear in the result in order of first write.
+    Names are opaque: a caller that views part of a buffer names the buffer
+    (and pins it if it must not be pooled). A buffer is poolable when some
+    step writes it and a later step reads it; its range runs from its first
+    write to its last touch (a write after the last read still writes its
+    bytes, so it extends the range too). No range is given to a buffer that
+    is pinned, read at or before its first write (a host input: an in-place
+    first touch reads outside data) or never read after it is written (a
+    host output). Buffers appear in the result in order of first write.
     """
     steps = _checked_steps("live_ranges", steps)
     pinned = set(pinned)
@@ -106,10 +96,10 @@ def live_ranges(steps: Sequence[Step], pinned: Iterable[str] = ()) -> dict[str, 
     first_read: dict[str, int] = {}
     last_touch: dict[str, int] = {}
     for index, (reads, writes) in enumerate(steps):
-        for name in map(base_name, reads):
+        for name in reads:
             first_read.setdefault(name, index)
             last_touch[name] = index
-        for name in map(base_name, writes):
+        for name in writes:
             first_write.setdefault(name, index)
             last_touch[name] = index
     # first_read.get(name, begin) <= begin: a host input (read first) or output (never read)
@@ -124,8 +114,8 @@ def touch_ranges(steps: Sequence[Step], names: Iterable[str]) -> dict[str, LiveR
     """For each of `names`, the range from the first step touching it to the last.
 
     The arena rule: nothing is pinned and host I/O does not matter, a buffer
-    simply occupies its bytes from its first touch (read or write, a slice
-    counting as its base) to its last. A name that no step touches is live
+    simply occupies its bytes from its first touch (read or write) to its
+    last. A name that no step touches is live
     for the whole run, `LiveRange(0, len(steps) - 1)` (`LiveRange(0, 0)` when
     there are no steps).
     """
@@ -133,7 +123,7 @@ def touch_ranges(steps: Sequence[Step], names: Iterable[str]) -> dict[str, LiveR
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, (reads, writes) in enumerate(steps):
-        for name in map(base_name, (*reads, *writes)):
+        for name in (*reads, *writes):
             first.setdefault(name, index)
             last[name] = index
     whole = LiveRange(0, max(len(steps) - 1, 0))

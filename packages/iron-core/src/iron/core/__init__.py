@@ -28,6 +28,7 @@ from iron.core.spec import (
     same_shape_unary,
 )
 from iron.core.tolerance import Tolerance, Verdict, compare
+from iron.core.view import View
 
 __all__ = [
     "IN",
@@ -51,6 +52,7 @@ __all__ = [
     "Tolerance",
     "Value",
     "Verdict",
+    "View",
     "as_dtype",
     "bf16",
     "capture",

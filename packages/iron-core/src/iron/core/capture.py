@@ -24,6 +24,7 @@ import numpy as np
 
 from iron.core.operator import Composite, Operator
 from iron.core.spec import ArgSpec, as_dtype, bf16, dtype_name
+from iron.core.view import View, base_of
 
 
 class CaptureError(ValueError):
@@ -95,11 +96,12 @@ class Expr:
         return " + ".join(parts)
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen
 class Binding:
-    """A per-call member of one operator instance, fed by an expression of
-    the graph's scalars on every call."""
+    """Step `step`'s operator takes per-call `member` from `expression`,
+    evaluated on every call (a listing of what the steps carry)."""
 
+    step: int
     op: Operator
     member: str
     expression: Expr
@@ -123,14 +125,23 @@ class Buffer:
 
 
 class Value:
-    """A placeholder for an array in a graph: a buffer (or a byte range of
-    one) seen with a shape and dtype. `reshape` and slicing are free."""
+    """A placeholder for an array in a graph: a buffer (or a `View` of one)
+    seen with a shape and dtype. `reshape` and slicing are free."""
 
-    __slots__ = ("buffer", "dtype", "graph", "name", "shape")
+    __slots__ = ("dtype", "graph", "ref", "shape")
 
-    def __init__(self, graph: Graph, name: str, buffer: str, shape, dtype) -> None:
-        self.graph, self.name, self.buffer = graph, name, buffer
+    def __init__(self, graph: Graph, ref: str | View, shape, dtype) -> None:
+        self.graph, self.ref = graph, ref
         self.shape, self.dtype = tuple(int(d) for d in shape), as_dtype(dtype)
+
+    @property
+    def name(self) -> str:
+        """The buffer's name, or the view as text (``kv[32:48]``), for messages."""
+        return str(self.ref)
+
+    @property
+    def buffer(self) -> str:
+        return base_of(self.ref)
 
     @property
     def role(self) -> str:
@@ -138,7 +149,7 @@ class Value:
 
     @property
     def is_slice(self) -> bool:
-        return self.name != self.buffer
+        return isinstance(self.ref, View)
 
     @property
     def size(self) -> int:
@@ -161,7 +172,7 @@ class Value:
             raise CaptureError(
                 f"cannot reshape {self.name} {self.shape} to {shape}: element counts differ"
             )
-        return Value(self.graph, self.name, self.buffer, shape, self.dtype)
+        return Value(self.graph, self.ref, shape, self.dtype)
 
     def __getitem__(self, index) -> Value:
         if self.is_slice:
@@ -188,8 +199,8 @@ class Value:
                 f"{self.name}: index the leading axis with an int or a slice, got {index!r}"
             )
         row_bytes = math.prod(row_shape) * self.dtype.itemsize
-        name = f"{self.buffer}[{start * row_bytes}:{stop * row_bytes}]"
-        return Value(self.graph, name, self.buffer, shape, self.dtype)
+        view = View(self.buffer, start * row_bytes, stop * row_bytes)
+        return Value(self.graph, view, shape, self.dtype)
 
     def __repr__(self) -> str:
         return f"Value({self.name!r}, {self.shape}, {dtype_name(self.dtype)}, {self.role})"
@@ -197,24 +208,22 @@ class Value:
 
 @attrs.frozen
 class Step:
-    """One recorded call: the operator and one buffer name per arg spec."""
+    """One call: the operator, one buffer name or `View` per arg spec, and
+    the expressions that feed the operator's per-call members on every call
+    (members left out take their field values)."""
 
     op: Operator
-    args: tuple[str, ...]
+    args: tuple[str | View, ...]
     specs: tuple[ArgSpec, ...] = attrs.field(repr=False)
+    bindings: Mapping[str, Expr] = attrs.field(factory=dict, converter=dict)
 
     @property
-    def reads(self) -> tuple[str, ...]:
+    def reads(self) -> tuple[str | View, ...]:
         return tuple(a for a, s in zip(self.args, self.specs) if s.reads)
 
     @property
-    def writes(self) -> tuple[str, ...]:
+    def writes(self) -> tuple[str | View, ...]:
         return tuple(a for a, s in zip(self.args, self.specs) if s.writes)
-
-
-def slice_base(name: str) -> str:
-    """``"kv[0:128]"`` -> ``"kv"``; other names unchanged."""
-    return name.split("[", 1)[0]
 
 
 # ---- the graph -------------------------------------------------------------
@@ -231,7 +240,6 @@ class Graph:
         self.buffers: dict[str, Buffer] = {}
         self.weights: dict[str, np.ndarray] = {}
         self.scalars: dict[str, np.dtype] = {}
-        self._bindings: dict[tuple[int, str], Binding] = {}
         self._weight_names: dict[tuple, str] = {}
         self._counter = 0
 
@@ -244,7 +252,7 @@ class Graph:
             raise CaptureError(f"{self.name}: buffer {name!r} is already declared")
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         self.buffers[name] = Buffer(name, tuple(int(d) for d in shape), as_dtype(dtype), role)
-        return Value(self, name, name, shape, dtype)
+        return Value(self, name, shape, dtype)
 
     def input(self, name: str, shape, dtype=bf16) -> Value:
         """A host input, written before every call."""
@@ -258,7 +266,7 @@ class Graph:
         key = storage_key(array)
         if key in self._weight_names:
             existing = self.buffers[self._weight_names[key]]
-            return Value(self, existing.name, existing.name, existing.shape, existing.dtype)
+            return Value(self, existing.name, existing.shape, existing.dtype)
         value = self._declare(name, array.shape, array.dtype, "weight")
         self.weights[name] = array
         self._weight_names[key] = name
@@ -297,7 +305,8 @@ class Graph:
                 f"{label}: takes its {n_reads} input(s) ({names}) or all {len(specs)} arguments; "
                 f"got {len(args)}"
             )
-        outputs, arg_names = [], []
+        bindings = self._bindings(label, op, values)
+        outputs, refs = [], []
         for spec, value in zip(specs, given):
             if value is None:
                 value = self._fresh(name if name and len(outputs) == 0 else None, spec, cls)
@@ -311,34 +320,28 @@ class Graph:
                         "inputs and weights are read-only"
                     )
                 outputs.append(value)
-            arg_names.append(value.name)
-        for member, expression in values.items():
-            self.bind(op, member, expression, label=label)
-        self.steps.append(Step(op, tuple(arg_names), tuple(specs)))
+            refs.append(value.ref)
+        self.steps.append(Step(op, tuple(refs), tuple(specs), bindings))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def bind(self, op: Operator, member: str, expression, *, label: str | None = None) -> Binding:
-        """Feed `op`'s per-call `member` from `expression` on every call. One
-        operator instance has one value: binding another expression raises."""
-        label = label or f"{self.name} ({type(op).__name__})"
-        if member not in op.per_call_members():
-            known = ", ".join(op.per_call_members()) or "none"
-            raise TypeError(
-                f"{label}: {type(op).__name__} has no per-call member {member!r} (per-call members: {known})"
-            )
-        expression = Expr.of(expression)
-        unknown = [s for s in expression.symbols if s not in self.scalars]
-        if unknown:
-            raise CaptureError(f"{label}: {member} uses undeclared scalar(s) {', '.join(unknown)}")
-        key = (id(op), member)
-        previous = self._bindings.get(key)
-        if previous is not None and previous.expression != expression:
-            raise CaptureError(
-                f"{label}: {type(op).__name__}.{member} is already bound to {previous.expression}; "
-                f"one operator instance has one value (got {expression}). Use another instance."
-            )
-        self._bindings[key] = binding = Binding(op, member, expression)
-        return binding
+    def _bindings(self, label: str, op: Operator, values: Mapping) -> dict[str, Expr]:
+        """`values` (per-call member -> int or expression of declared scalars),
+        checked against the operator's per-call members."""
+        members = op.per_call_members()
+        bindings = {}
+        for member, expression in values.items():
+            if member not in members:
+                known = ", ".join(members) or "none"
+                raise TypeError(
+                    f"{label}: {type(op).__name__} has no per-call member {member!r} (per-call members: {known})"
+                )
+            bindings[member] = expression = Expr.of(expression)
+            unknown = [s for s in expression.symbols if s not in self.scalars]
+            if unknown:
+                raise CaptureError(
+                    f"{label}: {member} uses undeclared scalar(s) {', '.join(unknown)}"
+                )
+        return bindings
 
     def _fresh(self, name: str | None, spec: ArgSpec, cls: str) -> Value:
         if name is None:
@@ -370,11 +373,17 @@ class Graph:
 
     @property
     def bindings(self) -> list[Binding]:
-        return list(self._bindings.values())
+        """Every step's bindings, in step order."""
+        return [
+            Binding(i, step.op, member, expression)
+            for i, step in enumerate(self.steps)
+            for member, expression in step.bindings.items()
+        ]
 
     def accesses(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-        """(reads, writes) buffer names per step, in order: what planning reads."""
-        return [(s.reads, s.writes) for s in self.steps]
+        """(reads, writes) buffer names per step, in order, a view counting as
+        its base: what planning reads."""
+        return [(tuple(map(base_of, s.reads)), tuple(map(base_of, s.writes))) for s in self.steps]
 
     def infer_io(self) -> tuple[list[str], list[str]]:
         """(inputs, outputs): buffers consumed and never produced, and buffers
@@ -382,10 +391,10 @@ class Graph:
         produced: dict[str, None] = {}
         consumed: dict[str, None] = {}
         for step in self.steps:
-            for name in step.reads:
-                consumed.setdefault(slice_base(name))
-            for name in step.writes:
-                produced.setdefault(slice_base(name))
+            for ref in step.reads:
+                consumed.setdefault(base_of(ref))
+            for ref in step.writes:
+                produced.setdefault(base_of(ref))
         host = {n for n, b in self.buffers.items() if b.role in ("input", "intermediate")}
         inputs = [n for n in consumed if n not in produced and n in host]
         outputs = [n for n in produced if n not in consumed and n in host]
@@ -395,20 +404,17 @@ class Graph:
         """Buffers with a host address of their own, never pooled: weights,
         states and every buffer something slices. Name -> bytes."""
         names = {n for n, b in self.buffers.items() if b.role in ("weight", "state")}
-        names |= {slice_base(a) for s in self.steps for a in s.args if "[" in a}
+        names |= {a.base for s in self.steps for a in s.args if isinstance(a, View)}
         return {n: self.buffers[n].nbytes for n in sorted(names)}
 
-    def nbytes(self, name: str) -> int:
-        """Bytes of a buffer or slice name."""
-        if "[" in name:
-            start, stop = name[name.index("[") + 1 : -1].split(":")
-            return int(stop) - int(start)
-        return self.buffers[name].nbytes
+    def nbytes(self, ref: str | View) -> int:
+        """Bytes of a buffer or a view."""
+        return ref.nbytes if isinstance(ref, View) else self.buffers[ref].nbytes
 
     def summary(self) -> str:
         lines = [f"graph {self.name}: {len(self.steps)} steps, {len(self.buffers)} buffers"]
         for i, step in enumerate(self.steps):
-            lines.append(f"  {i:3} {type(step.op).__name__:16} {', '.join(step.args)}")
+            lines.append(f"  {i:3} {type(step.op).__name__:16} {', '.join(map(str, step.args))}")
         return "\n".join(lines)
 
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import platform
 import sys
 from importlib.metadata import distributions
 
 import attrs
 
-from iron.core import environment, registry, snapshot
+from iron.core import environment, registry, settings, snapshot
 from iron.core.device import Device
 from iron.core.operator import BindError, Composite, OperatorError
 from iron.core.spec import dtype_name
@@ -31,6 +30,10 @@ def parse_value(text: str):
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -93,22 +96,14 @@ def ops_show(args) -> int:
     if isinstance(op, Composite):
         print("inputs:")
         rows = [[d, n, str(tuple(s)), t] for n, s, t, d in described["inputs"]]
-        print(
-            "\n".join(
-                "  " + line for line in _table(rows, ["dir", "arg", "shape", "dtype"]).splitlines()
-            )
-        )
+        print(_indent(_table(rows, ["dir", "arg", "shape", "dtype"])))
         print("parts:")
         for part, args_ in described["parts"]:
             print(f"  {part}: " + ", ".join(f"{n} {tuple(s)}" for n, s, *_ in args_))
         return 0
     print("arg specs:")
     rows = [[d, n, str(tuple(s)), t] for n, s, t, d in described["args"]]
-    print(
-        "\n".join(
-            "  " + line for line in _table(rows, ["dir", "arg", "shape", "dtype"]).splitlines()
-        )
-    )
+    print(_indent(_table(rows, ["dir", "arg", "shape", "dtype"])))
     try:
         print(f"tolerance: {op.tolerance(device)}")
     except NotImplementedError:
@@ -150,6 +145,9 @@ def plugins_cmd(args) -> int:
 def doctor_cmd(args) -> int:
     problems = 0
     print(f"Python {platform.python_version()} ({sys.executable}) on {platform.platform()}")
+    print("settings:")
+    rows = [list(row) for row in settings.current().rows()]
+    print(_indent(_table(rows, ["variable", "value", "from"])))
     print("packages:")
     iron_dists = sorted(
         {
@@ -231,9 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true")
     plugins.set_defaults(func=plugins_cmd)
 
-    commands.add_parser("doctor", help="what this host has of the NPU stack").set_defaults(
-        func=doctor_cmd
-    )
+    commands.add_parser(
+        "doctor", help="settings, packages, plugins and what this host has of the NPU stack"
+    ).set_defaults(func=doctor_cmd)
 
     spec = commands.add_parser(
         "spec", help="snapshot and diff every operator's specs"
@@ -257,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        debug = settings.current().debug
+    except ValueError as error:  # a malformed IRON_* variable
+        print(f"iron: {error}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         TypeError,
         registry.RegistryError,
     ) as error:
-        if os.environ.get("IRON_DEBUG"):
+        if debug:
             raise
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"iron: {message}", file=sys.stderr)

@@ -1,10 +1,11 @@
 """The checks every operator in every family passes, ours or a third party's.
 
 For each declared case: the operator constructs without a device and
-resolves on at least one of npu1 and npu2 (a refusal must be an
+resolves on at least one registered device (a refusal must be an
 `OperatorError` naming the operator); its arg specs agree with what its
 reference actually takes and returns (count, shape, dtype); the reference is
-deterministic and leaves its inputs alone; its tolerance is a `Tolerance`;
+deterministic and leaves its inputs alone; its tolerance is a `Tolerance`,
+with and without the inputs;
 its identity is stable text. A composite's expansion records with every part
 constructible and every shape chaining. Separately, each operator's module
 imports alone in a fresh interpreter.
@@ -24,8 +25,6 @@ from iron.core.device import Device
 from iron.core.operator import Case, Composite, Operator, OperatorError
 from iron.core.spec import dtype_name
 from iron.core.tolerance import Tolerance
-
-DEVICES = ("npu1", "npu2")
 
 
 class ConformanceError(AssertionError):
@@ -54,10 +53,16 @@ def catalog_cases(family: str | None = None) -> list[ConformanceCase]:
     return out
 
 
-def resolve_on(op: Operator, device_names=DEVICES) -> dict[str, Operator | OperatorError]:
-    """`op` resolved on each device, or the refusal it raised."""
+def device_names() -> list[str]:
+    """The registered devices (npu1, npu2 and any a plugin adds), by name."""
+    return sorted(registry.devices())
+
+
+def resolve_on(op: Operator, devices=None) -> dict[str, Operator | OperatorError]:
+    """`op` resolved on each named device (default: every registered one),
+    or the refusal it raised."""
     results: dict[str, Operator | OperatorError] = {}
-    for name in device_names:
+    for name in devices or device_names():
         try:
             results[name] = op.resolve(Device.from_name(name))
         except OperatorError as refusal:
@@ -65,7 +70,7 @@ def resolve_on(op: Operator, device_names=DEVICES) -> dict[str, Operator | Opera
     return results
 
 
-def check(item: ConformanceCase, device_names=DEVICES) -> None:
+def check(item: ConformanceCase, devices=None) -> None:
     """Raise `ConformanceError` explaining the first broken promise."""
     if item.case is None:
         raise ConformanceError(
@@ -76,7 +81,7 @@ def check(item: ConformanceCase, device_names=DEVICES) -> None:
         op = item.cls(**item.case.params)
     except OperatorError as error:
         raise ConformanceError(f"{where}: a declared case is refused: {error}") from error
-    resolved = resolve_on(op, device_names)
+    resolved = resolve_on(op, devices)
     for device, result in resolved.items():
         if isinstance(result, OperatorError) and item.cls.__name__ not in str(result):
             raise ConformanceError(
@@ -151,9 +156,15 @@ def _check_reference(label: str, op: Operator, device: Device) -> None:
             raise ConformanceError(
                 f"{label}: reference output {spec.name} differs between two identical calls"
             )
-    tolerance = op.tolerance(device)
-    if not isinstance(tolerance, Tolerance):
-        raise ConformanceError(f"{label}: tolerance() returned {tolerance!r}, not a Tolerance")
+    for given in (None, kept):
+        try:
+            tolerance = op.tolerance(device, inputs=given)
+        except TypeError as error:
+            raise ConformanceError(
+                f"{label}: tolerance(device, *, inputs=None) must take the inputs a device read: {error}"
+            ) from error
+        if not isinstance(tolerance, Tolerance):
+            raise ConformanceError(f"{label}: tolerance() returned {tolerance!r}, not a Tolerance")
 
 
 def check_importable_alone(name: str) -> None:

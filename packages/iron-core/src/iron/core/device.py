@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import attrs
 
+from iron.core import registry
+
 
 def _positive(instance, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -202,6 +204,25 @@ class Device:
         budget = self.shim_dma_limit - replicated * channels
         return max(1, min(self.columns, budget // max(1, streams * channels)))
 
+    def shim_budget_problem(
+        self, columns: int, streams: int, channels: int = 1, replicated: int = 0
+    ) -> str | None:
+        """Why `columns` columns, each moving `streams` streams on `channels`
+        channels (plus `replicated` streams shared by every column), do not
+        fit this device's columns and its shim DMA budget; None when they do.
+        A family's validation raises it against the parameter it blames."""
+        if columns > self.columns:
+            return f"at most the {self.columns} columns of {self.name}"
+        needed = (columns * streams + replicated) * channels
+        if needed <= self.shim_dma_limit:
+            return None
+        shared = f" + {replicated} shared" if replicated else ""
+        return (
+            f"{needed} shim DMA streams (({columns} columns x {streams} streams{shared}) x "
+            f"{channels} channels) exceed the {self.shim_dma_limit} of {self.name} at "
+            f"{self.columns} columns"
+        )
+
     def with_columns(self, columns: int | None) -> Device:
         return (
             self
@@ -212,8 +233,6 @@ class Device:
     @classmethod
     def from_name(cls, name: str, columns: int | None = None) -> Device:
         """The registered device `name` at `columns` width (full width by default)."""
-        from iron.core import registry
-
         devices = registry.devices()
         if name not in devices:
             raise ValueError(

@@ -49,10 +49,15 @@ def iron_register_backends(register):
     """Register execution backends.
 
     Call ``register(name, target, *, summary="", priority=0)``. ``target`` is
-    ``"module:factory"``; the factory is imported only when the backend is
-    chosen and returns an object implementing the backend protocol of
-    iron-dispatch. Among available backends, ``"auto"`` picks the highest
-    priority.
+    ``"module:factory"``, a callable taking no argument (a class will do)
+    that returns an object following ``iron.dispatch.Backend``, the
+    ``typing.Protocol`` whose docstrings state what ``available``,
+    ``compile``, ``load``, the executable and its buffers must do. The
+    factory is imported when the backend is first asked for, called once
+    per registry load (`registry.reload` makes fresh instances), and its
+    object's ``name`` must be ``name``. Among available backends,
+    ``"auto"`` picks the highest priority (IRON's: reference 10, sim 50,
+    npu 100).
     """
 
 

@@ -23,7 +23,7 @@ are never part of identity.
         def reference(self, x):
             return (x.astype(np.float32) * self.factor).astype(bf16)
 
-        def tolerance(self, device=None):
+        def tolerance(self, device=None, *, inputs=None):
             return Tolerance.relative(0.01)
 """
 
@@ -136,14 +136,13 @@ class Operator:
       float32 inside, one rounding per output; it receives the arrays of the
       specs it reads (IN and INOUT) in order and returns the arrays of the
       specs it writes (OUT and INOUT), one array or a tuple;
-    - `tolerance(device)`: how close a device result must come to `reference`;
+    - `tolerance(device, *, inputs=None)`: how close a device result must
+      come to `reference` (see the method);
     - `validate()`: raise `OperatorError` (via `require`) for broken rules;
       it runs at construction and again once `device` is known;
     - `tune(device)`: values for tunables left unset;
     - `cases`: declared constructions for conformance and spec snapshots;
-    - optionally `simulate(*reads, **per_call)`: a model of the device
-      kernel's numerics or schedule (block-float rounding, a tiled order),
-      which a simulated device runs instead of `reference`.
+    - optionally `simulate(*reads, **per_call)` (see the method).
     """
 
     #: the device this operator was resolved for (None until `resolve`)
@@ -166,8 +165,22 @@ class Operator:
     def reference(self, *inputs, **per_call):
         raise NotImplementedError(f"{type(self).__name__} has no reference")
 
-    def tolerance(self, device: Device | None = None) -> Tolerance:
+    def tolerance(self, device: Device | None = None, *, inputs=None) -> Tolerance:
+        """How close a result computed on `device` (None: unknown, take the
+        loosest device) must come to `reference`. `inputs`, when given, are
+        the arrays the step read (its IN and INOUT specs, in order) as the
+        device had them, and the per-call members hold that call's values:
+        an operator whose bound scales with its data (a sum of products)
+        derives it from them; others ignore them."""
         raise NotImplementedError(f"{type(self).__name__} defines no tolerance")
+
+    def simulate(self, *inputs, **per_call):
+        """A model of the device kernel, called like `reference`: its
+        numerics or schedule where they differ from the reference's
+        (block-float rounding, a tiled order). The `sim` backend runs it and
+        compare mode judges it against `reference`. By default the
+        reference itself."""
+        return self.reference(*inputs, **per_call)
 
     # ---- derived ----------------------------------------------------------
 

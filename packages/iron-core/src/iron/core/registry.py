@@ -1,21 +1,24 @@
 """The plugin registry: which operators, devices, backends and commands exist.
 
-Plugins are modules named by entry points in the group ``iron.plugins``.
-Loading is defensive: a plugin that fails to import, or whose hook raises, is
-reported with a warning naming its distribution and the error, and skipped;
-the rest keep working. ``IRON_PLUGINS`` (a comma list of entry point or
-distribution names) loads only those; ``IRON_DISABLE_PLUGINS`` skips those
-(``*`` skips every third-party plugin). iron-core's own plugin always loads.
+Plugins are modules named by entry points in the group ``iron.plugins``,
+or registered in the running process with `register_plugin` (a notebook, a
+test). Loading is defensive: a plugin that fails to import, or whose hook
+raises, is reported with a warning naming its distribution and the error,
+and skipped; the rest keep working. ``IRON_PLUGINS`` (a comma list of entry
+point or distribution names) loads only those; ``IRON_DISABLE_PLUGINS``
+skips those (``*`` skips every third-party plugin). iron-core's own plugin
+(`iron.core.builtin`, loaded by name like the others) and in-process
+plugins always load.
 
 Listing imports plugin modules only: operator modules are imported one at a
-time, by `get_operator`.
+time, by `get_operator`. What the registry makes from its entries (operator
+classes, backend instances) lives until the next `reload`.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-import os
 import warnings
 from importlib.metadata import entry_points
 from typing import Any
@@ -23,9 +26,11 @@ from typing import Any
 import attrs
 import pluggy
 
-from iron.core import hookspecs
+from iron.core import hookspecs, settings
 
 ENTRY_POINT_GROUP = "iron.plugins"
+BUILTIN = "iron.core.builtin"
+IN_PROCESS = "(in process)"
 
 
 class RegistryError(RuntimeError):
@@ -91,40 +96,63 @@ class CommandEntry:
         return _import_target(self.target, f"command {self.name}", self.plugin)
 
 
-def _env_names(variable: str) -> set[str] | None:
-    raw = os.environ.get(variable, "").strip()
-    return {n.strip() for n in raw.split(",") if n.strip()} if raw else None
-
-
 class Registry:
     """Everything the installed plugins offer. Loads on first use."""
 
     def __init__(self) -> None:
         self._loaded = False
+        self._in_process: dict[str, object] = {}
 
     def reload(self) -> None:
+        """Read the plugins again (the environment's allow and deny lists
+        included); operator classes and backend instances made so far are
+        dropped, so the next lookup makes fresh ones."""
         self._loaded = False
         self._load()
+
+    def register_plugin(self, plugin, *, name: str | None = None) -> None:
+        """Add `plugin` (a module, or any object with ``@hookimpl``
+        functions) in this process, as if installed, until
+        `unregister_plugin(name)`; `name` defaults to the module's name.
+        The registry reloads on its next use."""
+        name = name or getattr(plugin, "__name__", None)
+        if not name:
+            raise TypeError(f"register_plugin: {plugin!r} has no __name__; pass name=")
+        if name in self._in_process or name == "core":
+            raise ValueError(f"register_plugin: a plugin named {name!r} is already registered")
+        self._in_process[name] = plugin
+        self._loaded = False
+
+    def unregister_plugin(self, name: str) -> None:
+        """Remove a plugin `register_plugin` added; the registry reloads on its next use."""
+        if self._in_process.pop(name, None) is None:
+            known = ", ".join(self._in_process) or "none"
+            raise KeyError(
+                f"unregister_plugin: no in-process plugin {name!r} (registered: {known})"
+            )
+        self._loaded = False
 
     def _load(self) -> None:
         if self._loaded:
             return
-        from iron.core import builtin
-
+        builtin = importlib.import_module(BUILTIN)
         pm = pluggy.PluginManager("iron")
         pm.add_hookspecs(hookspecs)
         pm.register(builtin, name="core")
         plugins = {
-            "core": PluginInfo(
-                "core", builtin.__name__, "iron-core", _version("iron-core"), "builtin"
-            )
+            "core": PluginInfo("core", BUILTIN, "iron-core", _version("iron-core"), "builtin")
         }
-        allow, deny = _env_names("IRON_PLUGINS"), _env_names("IRON_DISABLE_PLUGINS") or set()
+        for name, plugin in self._in_process.items():
+            pm.register(plugin, name=name)
+            module = getattr(plugin, "__name__", type(plugin).__name__)
+            plugins[name] = PluginInfo(name, module, IN_PROCESS, "-", "loaded")
+        current = settings.current()
+        allow, deny = current.plugins, current.disable_plugins
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             dist = ep.dist.name if ep.dist else "?"
             info = dict(name=ep.name, module=ep.value, distribution=dist, version=_version(dist))
             if ep.name in plugins:
-                continue  # one distribution installed twice: the first wins
+                continue  # one distribution installed twice (or in process too): the first wins
             if (allow is not None and not {ep.name, dist} & allow) or {ep.name, dist, "*"} & deny:
                 plugins[ep.name] = PluginInfo(**info, status="disabled")
                 continue
@@ -141,6 +169,7 @@ class Registry:
         self._backends: dict[str, BackendEntry] = {}
         self._commands: dict[str, CommandEntry] = {}
         self._classes: dict[str, type] = {}
+        self._backend_instances: dict[str, Any] = {}
         self._collect("device", self._devices, self._device_entry)
         self._collect("operator", self._operators, self._operator_entry)
         self._collect("backend", self._backends, self._backend_entry)
@@ -251,6 +280,24 @@ class Registry:
         self._load()
         return dict(self._backends)
 
+    def backend(self, name: str):
+        """The instance of registered backend `name`: its factory is called
+        once per registry load."""
+        self._load()
+        if name not in self._backends:
+            registered = ", ".join(sorted(self._backends)) or "none"
+            raise KeyError(f"unknown backend {name!r}; registered backends: {registered}")
+        if name not in self._backend_instances:
+            entry = self._backends[name]
+            instance = entry.load()()
+            if getattr(instance, "name", None) != name:
+                raise RegistryError(
+                    f"backend {name!r} (from plugin {entry.plugin!r}) made an object named "
+                    f"{getattr(instance, 'name', None)!r}; a backend's name is its registered name"
+                )
+            self._backend_instances[name] = instance
+        return self._backend_instances[name]
+
     def commands(self) -> dict[str, CommandEntry]:
         self._load()
         return dict(self._commands)
@@ -293,6 +340,9 @@ operator_entry = _registry.operator_entry
 get_operator = _registry.get_operator
 devices = _registry.devices
 backends = _registry.backends
+backend = _registry.backend
 commands = _registry.commands
 doctor = _registry.doctor
 reload = _registry.reload
+register_plugin = _registry.register_plugin
+unregister_plugin = _registry.unregister_plugin

@@ -12,7 +12,7 @@ import numpy as np
 
 from iron.core import registry
 from iron.core.capture import capture
-from iron.core.conformance import DEVICES, resolve_on
+from iron.core.conformance import device_names, resolve_on
 from iron.core.operator import Composite, Operator, OperatorError
 from iron.core.spec import dtype_name
 
@@ -42,7 +42,10 @@ def describe(op: Operator) -> dict:
             inputs = [g.input(s.name, s.shape, s.dtype) for s in op.input_specs()]
             op.expand(g, *inputs)
         parts = [
-            [type(s.op).__name__, [[n, *spec.describe()[1:]] for n, spec in zip(s.args, s.specs)]]
+            [
+                type(s.op).__name__,
+                [[str(n), *spec.describe()[1:]] for n, spec in zip(s.args, s.specs)],
+            ]
             for s in g.steps
         ]
         return {
@@ -53,7 +56,10 @@ def describe(op: Operator) -> dict:
     return {"params": params, "args": [s.describe() for s in op.arg_specs()]}
 
 
-def snapshot(family: str | None = None, devices=DEVICES) -> dict:
+def snapshot(family: str | None = None, devices=None) -> dict:
+    """Every declared case of the registered operators (of `family`) on
+    `devices` (default: every registered device)."""
+    devices = tuple(devices or device_names())
     operators = {}
     for entry in registry.operators(family):
         cls = registry.get_operator(entry.name)
@@ -117,4 +123,4 @@ def check_file(path) -> list[str]:
     """Differences between the snapshot at `path` and the installed catalog
     (same family filter and devices as recorded in the file)."""
     old = json.loads(Path(path).read_text())
-    return diff(old, snapshot(old.get("family"), tuple(old.get("devices", DEVICES))))
+    return diff(old, snapshot(old.get("family"), old.get("devices")))

@@ -1,12 +1,15 @@
 """IRON's pytest plugin (entry point ``pytest11``), active wherever iron-core
 is installed.
 
-- fixtures ``device`` (npu1 and npu2 descriptions), ``device_npu1``,
-  ``device_npu2``;
+- fixtures ``device`` (each registered device in turn: npu1, npu2 and any
+  a plugin adds), ``device_npu1``, ``device_npu2``;
 - markers ``npu`` (needs an NPU and pyxrt) and ``toolchain`` (needs
   mlir-aie): such tests skip with the reason where that is absent, and the
   probe runs only for tests that carry the marker;
 - marker ``slow`` (the default sessions deselect it; ``nox -s slow`` runs it);
+- fixture ``npu_stack``: ``npu_stack(present=False)`` makes the environment
+  probes report this host without mlir-aie, pyxrt and an NPU (``True``: with
+  them), so a test of what IRON says about either holds on any host;
 - ``conformance_params(family)`` and ``check_conformance``: the checks every
   operator family runs over its catalog::
 
@@ -17,13 +20,17 @@ is installed.
 
 from __future__ import annotations
 
-import os
 from importlib.metadata import PackageNotFoundError, distribution
 
 import pytest
 
-from iron.core import environment
-from iron.core.conformance import catalog_cases, check_importable_alone, modules_imported_by
+from iron.core import environment, settings
+from iron.core.conformance import (
+    catalog_cases,
+    check_importable_alone,
+    device_names,
+    modules_imported_by,
+)
 from iron.core.conformance import check as check_conformance
 from iron.core.device import Device
 from iron.core.snapshot import check_file
@@ -58,9 +65,48 @@ def pytest_runtest_setup(item) -> None:
         pytest.skip(f"needs the toolchain: {environment.mlir_aie()}")
 
 
-@pytest.fixture(params=["npu1", "npu2"])
+def pytest_generate_tests(metafunc) -> None:
+    """A test taking `device` runs once per registered device (unless it
+    parametrizes `device` itself); the registry is read only then."""
+    if "device" in metafunc.fixturenames and "device" not in _parametrized(metafunc):
+        metafunc.parametrize("device", device_names(), indirect=True)
+
+
+def _parametrized(metafunc) -> set[str]:
+    names: set[str] = set()
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        argnames = marker.args[0] if marker.args else marker.kwargs["argnames"]
+        if isinstance(argnames, str):
+            argnames = argnames.split(",")
+        names.update(n.strip() for n in argnames)
+    return names
+
+
+@pytest.fixture
 def device(request) -> Device:
     return Device.from_name(request.param)
+
+
+#: what the probes report in `npu_stack(present=True)`
+_NPU_STACK_PRESENT = (
+    environment.Probe("mlir-aie", True, "1.0 (simulated)", ""),
+    environment.Probe("pyxrt", True, "importable (simulated)", ""),
+    environment.Probe("NPU device", True, "/dev/accel/accel0 (simulated)", ""),
+)
+
+
+@pytest.fixture
+def npu_stack(monkeypatch):
+    """``npu_stack(present)``: the environment probes report the whole NPU
+    stack absent or present for the rest of the test."""
+
+    def set_stack(present: bool) -> None:
+        absent = (environment.NO_MLIR_AIE, environment.NO_PYXRT, environment.NO_NPU_DEVICE)
+        probes = _NPU_STACK_PRESENT if present else absent
+        for name, probe in zip(("mlir_aie", "pyxrt", "npu_device"), probes):
+            monkeypatch.setattr(environment, name, lambda probe=probe: probe)
+
+    return set_stack
 
 
 @pytest.fixture
@@ -86,7 +132,7 @@ def require_distribution(name: str) -> None:
         distribution(name)
     except PackageNotFoundError:
         reason = f"distribution {name} is not installed (the nox session installs it)"
-        if os.environ.get("IRON_REQUIRE_FIXTURE_PLUGINS") == "1":
+        if settings.current().require_fixture_plugins:
             pytest.fail(reason)
         pytest.skip(reason)
 

@@ -5,8 +5,8 @@ a ``meta.json`` with its size and sha256. It is written into a temporary
 directory beside it and renamed into place, under a per-key file lock, so
 two processes compiling one key compile once and both read a whole entry.
 An entry that fails validation (truncated, wrong checksum) is rebuilt, never
-served. The root is ``$IRON_CACHE_HOME``, else the user cache directory +
-``/iron``.
+served. The root is ``IRON_CACHE_HOME``, else the user cache directory +
+``/iron`` (`iron.core.settings`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from iron.core import settings
 
 try:
     import fcntl
@@ -32,22 +33,8 @@ META = "meta.json"
 
 
 def cache_home() -> Path:
-    override = os.environ.get("IRON_CACHE_HOME")
-    if override:
-        return Path(override)
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "iron"
-    if sys.platform == "win32":
-        return (
-            Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-            / "iron"
-            / "Cache"
-        )
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "iron"
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    """Where compiled images are kept: ``IRON_CACHE_HOME`` or its default."""
+    return settings.current().cache_home
 
 
 class CompileCache:

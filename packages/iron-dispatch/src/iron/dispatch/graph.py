@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 
 import numpy as np
 
 from iron.alloc import ArenaPlan
-from iron.core import Device, as_dtype, dtype_name
+from iron.core import Device, as_dtype, dtype_name, settings
 from iron.core.capture import Graph, Value, storage_key
-from iron.dispatch import image as images
 from iron.dispatch.backends import Backend
+from iron.dispatch.executable import allocate
+from iron.dispatch.layout import Layout, arena_layout
 from iron.dispatch.memory import Arena, view
+from iron.dispatch.runlist import Runlist
 from iron.dispatch.selection import get_backend
-from iron.dispatch.sequence import OperatorSequence
 
 log = logging.getLogger("iron.dispatch")
 
@@ -46,10 +46,10 @@ PIECE_BYTES = 64 * 2**20
 def graph(fn=None, *, name=None, backend=None, mode="fused", device=None, poison=None, flags=()):
     """Make a `GraphFunction` of ``fn(g, *inputs, **per_call_values)``.
 
-    `backend`: a registered backend name or "auto" (default: ``$IRON_BACKEND``,
+    `backend`: a registered backend name or "auto" (default: ``IRON_BACKEND``,
     else "auto"); `mode`: "fused", "separate" or "compare"; `device`: a
-    `Device` or name (default ``$IRON_DEVICE``, else npu2); `poison`: fill
-    transients with NaN before every run (default ``$IRON_POISON == "1"``);
+    `Device` or name (default ``IRON_DEVICE``, else npu2); `poison`: fill
+    transients with NaN before every run (default ``IRON_POISON``, else off);
     `flags`: strings that are part of the compiled image's identity (e.g.
     "trace")."""
 
@@ -62,16 +62,22 @@ def graph(fn=None, *, name=None, backend=None, mode="fused", device=None, poison
 
 
 class Version:
-    """One compiled input signature of a graph function."""
+    """One compiled input signature of a graph function: its recording, its
+    runlist, its layout in the shared arena (and the layout's report), its
+    image and the loaded executable."""
 
-    def __init__(self, signature, graph: Graph, sequence: OperatorSequence, image, executable):
-        self.signature, self.graph, self.sequence, self.image, self.executable = (
-            signature,
-            graph,
-            sequence,
-            image,
-            executable,
-        )
+    def __init__(
+        self,
+        signature,
+        graph: Graph,
+        runlist: Runlist,
+        layout: Layout,
+        report: str,
+        image,
+        executable,
+    ):
+        self.signature, self.graph, self.runlist, self.layout = signature, graph, runlist, layout
+        self.report, self.image, self.executable = report, image, executable
         host_in, host_out = executable.buffers["input"].host, executable.buffers["output"].host
         shapes = {n: (b.shape, b.dtype) for n, b in graph.buffers.items()}
         self._inputs = [
@@ -100,10 +106,16 @@ class GraphFunction:
     ):
         self.fn, self.name = fn, name or fn.__name__
         self.input_names, self.value_names = _parameters(fn, self.name)
-        if isinstance(device, str) or device is None:
-            device = Device.from_name(device or os.environ.get("IRON_DEVICE", "npu2"))
+        current = settings.current()
+        if device is None:
+            try:
+                device = Device.from_name(current.device)
+            except ValueError as error:
+                raise ValueError(f"IRON_DEVICE={current.device!r}: {error}") from error
+        elif isinstance(device, str):
+            device = Device.from_name(device)
         self.device, self.mode, self.flags = device, mode, tuple(flags)
-        self.poison = os.environ.get("IRON_POISON") == "1" if poison is None else poison
+        self.poison = current.poison if poison is None else poison
         self.arena = ArenaPlan(alignment=max(64, device.coherence_granule))
         self.versions: dict[tuple, Version] = {}
         self._backend_name = backend
@@ -143,27 +155,24 @@ class GraphFunction:
             ", ".join(f"{n} {s} {dtype_name(d)}" for n, s, d in signature),
         )
         g, outputs = self._record(signature)
-        residents = self._residents(g)
-        sequence = OperatorSequence.from_graph(
-            g,
-            inputs=list(self.input_names),
-            outputs=outputs,
-            device=self.device,
-            arena=self.arena,
-            residents=residents,
+        runlist = Runlist.from_graph(
+            g, inputs=self.input_names, outputs=outputs, device=self.device
         )
+        layout, report, _ = arena_layout(runlist, self.arena, self._residents(g))
+        log.debug("%s", report)
         backend = self.backend
-        image = backend.compile(sequence, self.mode, self.flags)
+        image = backend.compile(runlist, layout, self.mode, self.flags)
         memory = self._arena_memory(backend)
-        buffers = images.allocate(
+        buffers = allocate(
             image,
             granule=self.device.coherence_granule,
             unified=backend.unified,
             scratch=memory.buffer,
         )
         executable = backend.load(image, buffers, device=self.device, poison=self.poison)
-        self._remember_residents(g, sequence)
-        version = self.versions[signature] = Version(signature, g, sequence, image, executable)
+        self._remember_residents(g, layout)
+        version = Version(signature, g, runlist, layout, report, image, executable)
+        self.versions[signature] = version
         return version
 
     def _record(self, signature):
@@ -202,14 +211,14 @@ class GraphFunction:
                 residents[name] = ("state", name)
         return residents
 
-    def _remember_residents(self, g: Graph, sequence: OperatorSequence) -> None:
+    def _remember_residents(self, g: Graph, layout: Layout) -> None:
         for name, array in g.weights.items():
             if name not in self._weights:
-                offset, nbytes = sequence.layout.scratch[name]
+                offset, nbytes = layout.scratch[name]
                 self._weights[name] = (("weight", *storage_key(array)), array, offset, nbytes)
         for name, buffer in g.buffers.items():
             if buffer.role == "state" and name not in self._states:
-                offset, nbytes = sequence.layout.scratch[name]
+                offset, nbytes = layout.scratch[name]
                 self._states[name] = (offset, nbytes, buffer.dtype, buffer.shape)
 
     def _arena_memory(self, backend: Backend) -> Arena:
@@ -307,9 +316,7 @@ class GraphFunction:
             f"{self.name}: {len(self.versions)} version(s), arena {self.arena.size} B, backend {self.backend.name}"
         ]
         for signature, version in self.versions.items():
-            lines.append(
-                f"  {signature}: {len(version.sequence.steps)} steps; {version.sequence.memory_report()}"
-            )
+            lines.append(f"  {signature}: {len(version.runlist.steps)} steps; {version.report}")
         return "\n".join(lines)
 
 

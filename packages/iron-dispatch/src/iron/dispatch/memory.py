@@ -18,6 +18,8 @@ import logging
 
 import numpy as np
 
+from iron.alloc import align_up
+
 log = logging.getLogger("iron.dispatch")
 
 # 0x7FC0 repeated: NaN as bf16, float16 and float32 alike, a loud value for integers
@@ -66,7 +68,7 @@ class DeviceBuffer:
         if it holds bytes of another registered buffer."""
         offset, nbytes = self.regions[name]
         lo = offset // self.granule * self.granule
-        hi = min(-(-(offset + nbytes) // self.granule) * self.granule, self.nbytes)
+        hi = min(align_up(offset + nbytes, self.granule), self.nbytes)
         for other, (o, n) in self.regions.items():
             if other != name and n and o < hi and lo < o + n:
                 raise GranuleError(

@@ -8,19 +8,19 @@ from iron.core import hookimpl
 def iron_register_backends(register):
     register(
         "reference",
-        "iron.dispatch.backends:make_reference",
+        "iron.dispatch.backends.reference:ReferenceBackend",
         summary="numpy references on the host, on the planned arena",
         priority=10,
     )
     register(
         "sim",
-        "iron.dispatch.backends:make_sim",
+        "iron.dispatch.backends.sim:SimBackend",
         summary="a simulated NPU: device memory, granule syncs, parameter scratchpad",
         priority=50,
     )
     register(
         "npu",
-        "iron.dispatch.backends:make_npu",
+        "iron.dispatch.backends.npu:NpuBackend",
         summary="mlir-aie + XRT on a Ryzen AI NPU",
         priority=100,
     )
@@ -35,18 +35,21 @@ def iron_register_commands(register):
 
 @hookimpl
 def iron_doctor(report):
+    """Every registered backend, available or why not (an unavailable one is
+    not a problem: most hosts have no NPU), which one "auto" picks (a
+    problem when none is available), and the compile cache."""
     from iron.dispatch.cache import CompileCache
-    from iron.dispatch.selection import auto_choice, get_backend
+    from iron.dispatch.selection import auto_choice, backend_names, get_backend
 
-    for name in ("reference", "sim", "npu"):
+    for name in backend_names():
         ok, why = get_backend(name).available()
-        report(
-            f"backend {name}", "available" if ok else f"unavailable: {why}", ok=ok or name == "npu"
-        )
-    chosen, passed_over = auto_choice()
-    report(
-        "backend auto",
-        chosen + (f" (passed over: {', '.join(passed_over)})" if passed_over else ""),
-    )
+        report(f"backend {name}", "available" if ok else f"unavailable: {why}")
+    try:
+        chosen, passed_over = auto_choice()
+    except RuntimeError as error:
+        report("backend auto", error, ok=False)
+    else:
+        over = f" (passed over: {', '.join(passed_over)})" if passed_over else ""
+        report("backend auto", chosen + over)
     info = CompileCache().info()
     report("compile cache", f"{info['root']}: {info['entries']} entries, {info['bytes']} B")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from iron.dispatch import image as images
+from iron.core import View
+from iron.dispatch.executable import allocate
 from iron.dispatch.memory import view
+from iron.dispatch.runlist import Runlist
 from iron.dispatch.selection import get_backend
 from iron.dispatch.sequence import OperatorSequence
 
@@ -23,18 +25,19 @@ def run(
     """Outputs by name, after writing `inputs` and the host-addressed
     `buffers` (weights, states) and running once with per-call `values`."""
     chosen = get_backend(backend)
-    image = chosen.compile(sequence, mode)
-    granule = sequence.device.coherence_granule if sequence.device else 64
-    memory = images.allocate(image, granule=granule, unified=chosen.unified)
-    executable = chosen.load(image, memory, device=sequence.device, poison=poison)
+    runlist, layout = sequence.runlist, sequence.layout
+    image = chosen.compile(runlist, layout, mode)
+    granule = runlist.device.coherence_granule if runlist.device else 64
+    memory = allocate(image, granule=granule, unified=chosen.unified)
+    executable = chosen.load(image, memory, device=runlist.device, poison=poison)
     missing = [n for n, *_ in image.inputs if n not in inputs]
     if missing:
-        raise KeyError(f"{sequence.name}: missing inputs {missing}")
-    specs = _specs(sequence)
+        raise KeyError(f"{runlist.name}: missing inputs {missing}")
+    specs = _specs(runlist)
     for name, offset, nbytes in image.inputs:
         view(memory["input"].host, offset, nbytes, *specs[name])[...] = inputs[name]
     for name, array in (buffers or {}).items():
-        offset, nbytes = sequence.layout.scratch[name]
+        offset, nbytes = layout.scratch[name]
         view(memory["scratch"].host, offset, nbytes, array.dtype, array.shape)[...] = array
         memory["scratch"].sync_to_device(name)
     executable(values or {})
@@ -43,15 +46,15 @@ def run(
     }
 
 
-def _specs(sequence: OperatorSequence) -> dict[str, tuple]:
+def _specs(runlist: Runlist) -> dict[str, tuple]:
     """dtype and shape of each buffer as a step declares it; a buffer only
     ever used through slices is flat, in its slices' dtype."""
     found = {}
-    for step in sequence.steps:
-        for name, spec in zip(step.args, step.specs):
-            base = name.split("[", 1)[0]
-            if base == name:
-                found[name] = (spec.dtype, spec.shape)
+    for step in runlist.steps:
+        for ref, spec in zip(step.args, step.specs):
+            if isinstance(ref, View):
+                flat = (runlist.sizes[ref.base] // spec.dtype.itemsize,)
+                found.setdefault(ref.base, (spec.dtype, flat))
             else:
-                found.setdefault(base, (spec.dtype, (sequence.sizes[base] // spec.dtype.itemsize,)))
+                found[ref] = (spec.dtype, spec.shape)
     return found

@@ -13,6 +13,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from iron.dispatch import BackendUnavailable, cache_home
+from iron.dispatch.selection import backend_names
 from iron.llama.checks import AccuracyBounds, check_accuracy, check_determinism
 from iron.llama.config import LlamaConfig
 from iron.llama.model import Model, check_fits, default_max_seq_len
@@ -22,7 +23,6 @@ from iron.llama.synthetic import PRESETS, corpus, ensure_synthetic, make_synthet
 from iron.llama.tokenizer import Tokenizer
 from iron.llama.weights import LlamaWeights
 
-BACKENDS = ("auto", "sim", "reference", "npu")
 DEMO_PROMPT = "Iron is the fourth most common element"
 DEMO_SEED = 0
 
@@ -175,6 +175,11 @@ def _positive(text: str) -> int:
     return value
 
 
+def _backend_option(parser: argparse.ArgumentParser) -> None:
+    """--backend: "auto" or any registered backend (`iron doctor` lists them)."""
+    parser.add_argument("--backend", choices=("auto", *backend_names()), default="auto")
+
+
 def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
@@ -183,7 +188,7 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="a Hugging Face Llama directory: config.json, model.safetensors, tokenizer.json",
     )
-    parser.add_argument("--backend", choices=BACKENDS, default="auto")
+    _backend_option(parser)
     parser.add_argument(
         "--max-seq-len",
         type=_positive,
@@ -204,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Write (once, into the cache) a tiny synthetic Llama with random weights, "
         "generate from a prompt, print the metrics and the accuracy against the float32 oracle.",
     )
-    demo.add_argument("--backend", choices=BACKENDS, default="auto")
+    _backend_option(demo)
     demo.add_argument("--num-tokens", type=_positive, default=40)
     demo.add_argument("--seed", type=int, default=DEMO_SEED, help="the sampler's seed")
     demo.set_defaults(run=_demo)

@@ -76,8 +76,8 @@ class Model:
     plus `generate` and `metrics`. Logits come back as float32 (vocab,)
     from the graph's bf16.
 
-    `backend`: "reference", "sim", "npu" or "auto" (the best available;
-    ``$IRON_BACKEND`` overrides it); `max_seq_len`: positions the KV caches
+    `backend`: a registered backend ("reference", "sim", "npu", a plugin's)
+    or "auto" (the best available; ``IRON_BACKEND`` overrides it); `max_seq_len`: positions the KV caches
     hold, a multiple of 256 up to 8192 and the model's context (default:
     2048 or the context); `device`: an iron-core `Device` or its name
     (default npu2: MHA, the prefill attention, runs on npu2 only); `release`:

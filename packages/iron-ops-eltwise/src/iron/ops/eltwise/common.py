@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import attrs
-import numpy as np
 
 from iron.core import (
     Case,
@@ -93,26 +92,10 @@ def check_array(
             f"{units} {unit} must split evenly over {cores} cores "
             f"(num_aie_columns={columns} x num_channels={channels})",
         )
-    device = op.device
-    if device is None or columns is None:
+    if op.device is None or columns is None:
         return
-    require(
-        op,
-        "num_aie_columns",
-        columns <= device.columns,
-        f"at most the {device.columns} columns of {device.name}",
-    )
-    channels = channels or 1
-    needed = (columns * streams + replicated) * channels
-    shared = f" + {replicated} shared" if replicated else ""
-    require(
-        op,
-        "num_aie_columns" if columns > 1 else "num_channels",
-        needed <= device.shim_dma_limit,
-        f"{needed} shim DMA streams ((num_aie_columns={columns} x {streams} per core{shared}) "
-        f"x num_channels={channels}) exceed the {device.shim_dma_limit} of {device.name} at "
-        f"{device.columns} columns",
-    )
+    problem = op.device.shim_budget_problem(columns, streams, channels or 1, replicated)
+    require(op, "num_aie_columns" if columns > 1 else "num_channels", problem is None, problem)
 
 
 def check_row(op: Operator, parameter: str, length: int) -> None:
@@ -187,13 +170,6 @@ def _contiguous(sizes: Sequence[int], strides: Sequence[int]) -> bool:
 def reads_up_to(sizes: Sequence[int], strides: Sequence[int]) -> int:
     """The last element index a pattern reads, counted from its offset."""
     return sum((size - 1) * stride for size, stride in zip(sizes, strides))
-
-
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)) for float32 `x`, as exp(min(x, 0)) / (1 + exp(-|x|)):
-    nothing overflows, both tails keep their relative precision, and there
-    is no branch (np.where over random signs is the slow part)."""
-    return np.exp(np.minimum(x, np.float32(0))) / (np.float32(1) + np.exp(-np.abs(x)))
 
 
 # ---- tolerances ----------------------------------------------------------------------

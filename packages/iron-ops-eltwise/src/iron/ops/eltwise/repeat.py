@@ -91,5 +91,5 @@ class Repeat(Operator):
     def reference(self, x):
         return np.repeat(x, self.repeat, axis=0)
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.exact()

@@ -154,5 +154,5 @@ class StridedCopy(Operator):
         out[int(out_offset) : int(out_offset) + self.count] = x[np.ravel(index)]
         return out
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.exact()

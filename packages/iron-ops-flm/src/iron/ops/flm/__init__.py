@@ -1,4 +1,15 @@
 """iron-ops-flm: the FastFlowLM-shaped GEMM (one image for every shape, a
 memtile B pool armed per shape), bfp16ebs8 packing, DequantBFP and the
-schedule model. Import the modules you need: `iron.ops.flm.gemm`,
-`.packing`, `.schedule`, `.dequant`, `.model`."""
+schedule model.
+
+Importing this package imports no operator module: `from iron.ops.flm
+import FLMGemm` imports `iron.ops.flm.gemm` (and what it needs) on first
+use. The rest lives in its modules: `iron.ops.flm.packing`, `.schedule`,
+`.model`."""
+
+from iron.core.lazy import lazy_exports
+from iron.ops.flm.plugin import OPERATORS
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__, {name: module for name, (module, _) in OPERATORS.items()}
+)

@@ -24,6 +24,7 @@ from iron.core import (
     require,
     tunable,
 )
+from iron.core.numerics import mean_abs, product_tolerance, round_to_bf16, sigmoid
 from iron.ops.flm import packing
 from iron.ops.flm.packing import GROUP, GROUP_BYTES, BFormat, Choice, Rounding, packed_b_size
 from iron.ops.flm.schedule import (
@@ -112,11 +113,6 @@ def finish(acc, epilogue: Epilogue, lo: float, hi: float, rounding: Rounding) ->
     (GELU is the sigmoid form x * sigmoid(1.702 x); SILU x * sigmoid(x)),
     then the clamp, then one rounding to bf16."""
     x = np.asarray(acc, np.float32)
-
-    def sigmoid(z):
-        with np.errstate(over="ignore"):
-            return np.float32(1) / (np.float32(1) + np.exp(-z))
-
     if epilogue is Epilogue.GELU:
         x = x * sigmoid(np.float32(1.702) * x)
     elif epilogue is Epilogue.SILU:
@@ -124,7 +120,7 @@ def finish(acc, epilogue: Epilogue, lo: float, hi: float, rounding: Rounding) ->
     elif epilogue is Epilogue.SIGMOID:
         x = sigmoid(x)
     x = np.minimum(np.maximum(x, np.float32(lo)), np.float32(hi))
-    return packing.round_to_bf16(x, rounding)
+    return round_to_bf16(x, floor=rounding is Rounding.FLOOR)
 
 
 def l1_fit(
@@ -390,20 +386,19 @@ class FLMGemm(Operator):
         b = (rng.random((self.K, self.N)) * scale).astype(np.float32).astype(bf16)
         return [a, self.pack_b(b)]
 
-    def tolerance(self, device: Device | None = None, a=None, b=None) -> Tolerance:
-        """relative 0.04, atol = budget * mass with mass = K * mean|a| * mean|b|
+    def tolerance(self, device: Device | None = None, *, inputs=None) -> Tolerance:
+        """relative 0.04, atol = budget * mass with mass = K * mean|A| * mean|B|
         (the error tracks the accumulated magnitude, not |C|, which cancels)
-        and the budget per architecture and rounding (ERROR_BUDGET). `a` is A;
-        `b` is B packed or dense (K, N). Without data, the mass is that of
-        `example_inputs`: K * s*sqrt(2/pi) * s/2 at scale s."""
+        and the budget per architecture and rounding (ERROR_BUDGET), of
+        `inputs` (A, B packed or dense (K, N)) when given. Without data, the
+        mass is that of `example_inputs`: K * s*sqrt(2/pi) * s/2 at scale s."""
         device = device or self.device
         if device is None:
             raise OperatorError("FLMGemm: device: the error budget is per architecture")
-        if a is None or b is None:
+        budget = ERROR_BUDGET[device.arch, self.rounding]
+        if inputs is None:
             s = self.input_scale
-            mass = self.K * s * math.sqrt(2 / math.pi) * s / 2
-        else:
-            dense = b if np.ndim(b) == 2 and np.shape(b) == (self.K, self.N) else self.unpack_b(b)
-            mean_a = float(np.mean(np.abs(np.asarray(a, np.float32))))
-            mass = self.K * mean_a * float(np.mean(np.abs(np.asarray(dense, np.float32))))
-        return Tolerance.relative(0.04, ERROR_BUDGET[device.arch, self.rounding] * mass)
+            return product_tolerance(budget, self.K, s * math.sqrt(2 / math.pi), s / 2)
+        a, b = inputs
+        dense = b if np.ndim(b) == 2 and np.shape(b) == (self.K, self.N) else self.unpack_b(b)
+        return product_tolerance(budget, self.K, mean_abs(a), mean_abs(dense))

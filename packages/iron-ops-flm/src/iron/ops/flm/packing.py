@@ -1,4 +1,4 @@
-"""B's formats and layout: bf16 rounding, the bfp16ebs8 block-float format,
+"""B's formats and layout: the rounding modes, the bfp16ebs8 block-float format,
 and the packed order the cores read B in.
 
 bfp16ebs8 (AIE2P's `v8bfp16ebs8`) stores 8 values in 9 bytes: a shared
@@ -18,7 +18,7 @@ import enum
 
 import numpy as np
 
-from iron.core import bf16
+from iron.core.numerics import round_to_bf16
 
 GROUP = 8  # values per bfp16ebs8 block: 8 consecutive k of one n
 GROUP_BYTES = 9  # one exponent byte + 8 mantissa bytes
@@ -50,20 +50,6 @@ class BFormat(Choice):
 
     BFP16 = "bfp16"
     BF16 = "bf16"
-
-
-def round_to_bf16(x, rounding: Rounding = Rounding.CONV_EVEN) -> np.ndarray:
-    """float32 -> bf16 with one rounding: half to even, or toward -inf."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if rounding is Rounding.CONV_EVEN:
-        return x.astype(bf16)
-    bits = x.view(np.uint32)
-    # toward -inf: truncate the low half; a negative value with bits dropped
-    # grows one bf16 ulp in magnitude (and -max overflows to -inf, as it must)
-    away = ((bits >> 31) == 1) & ((bits & 0xFFFF) != 0)
-    out = ((bits >> 16) + away).astype(np.uint16).view(bf16)
-    out[np.isnan(x)] = np.nan  # truncation could turn a NaN payload into inf
-    return out
 
 
 def to_bfp16ebs8(x, rounding: Rounding = Rounding.CONV_EVEN) -> np.ndarray:
@@ -168,7 +154,8 @@ def pack_b(
     blocked = B.reshape(K // K_BLOCK, K_BLOCK // ct_k, ct_k // S, S, N // tile_n, tile_n // T, T)
     if b_format is BFormat.BF16:
         ordered = blocked.transpose(4, 0, 1, 5, 2, 3, 6)
-        return round_to_bf16(ordered.astype(np.float32), rounding).reshape(-1)
+        floor = rounding is Rounding.FLOOR
+        return round_to_bf16(ordered.astype(np.float32), floor=floor).reshape(-1)
     ordered = blocked.transpose(4, 0, 1, 5, 2, 6, 3).astype(np.float32)
     return to_bfp16ebs8(ordered.reshape(-1), rounding)
 

@@ -2,16 +2,14 @@
 
 from iron.core import hookimpl
 
+#: name -> (module under iron.ops.flm, summary)
+OPERATORS = {
+    "FLMGemm": ("gemm", "runtime-shaped GEMM + epilogue, memtile B pool, packed bfp16/bf16 B"),
+    "DequantBFP": ("dequant", "q4nx weights to FLMGemm's packed bfp16ebs8 B"),
+}
+
 
 @hookimpl
 def iron_register_operators(register):
-    register(
-        "FLMGemm",
-        "iron.ops.flm.gemm:FLMGemm",
-        summary="runtime-shaped GEMM + epilogue, memtile B pool, packed bfp16/bf16 B",
-    )
-    register(
-        "DequantBFP",
-        "iron.ops.flm.dequant:DequantBFP",
-        summary="q4nx weights to FLMGemm's packed bfp16ebs8 B",
-    )
+    for name, (module, summary) in OPERATORS.items():
+        register(name, f"iron.ops.flm.{module}:{name}", summary=summary)

@@ -1,18 +1,17 @@
 """What several matrix operators share: how many columns they take within
 the shim DMA budget, the matvec kernel's vector width, head grouping, the
-core-memory budget, the product tolerance, and how a composite builds its
-parts.
+core-memory budget, the error budgets of their product tolerances (the
+tolerance itself is `iron.core.numerics.product_tolerance`), and how a
+composite builds its parts.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping
 
 import attrs
-import numpy as np
 
-from iron.core import Device, Operator, OperatorError, Tolerance, per_call, require, tunable
+from iron.core import Device, Operator, OperatorError, per_call, require, tunable
 
 # ---- columns -------------------------------------------------------------------------
 
@@ -32,20 +31,8 @@ def check_columns(op: Operator, streams: int) -> None:
     require(op, "num_aie_columns", columns is None or columns >= 1, "at least 1")
     if device is None or columns is None:
         return
-    require(
-        op,
-        "num_aie_columns",
-        columns <= device.columns,
-        f"at most the {device.columns} columns of {device.name}",
-    )
-    most = device.shim_columns(streams)
-    require(
-        op,
-        "num_aie_columns",
-        columns <= most,
-        f"at most {most} on {device.name} at {device.columns} columns: each column moves "
-        f"{streams} input streams out of {device.shim_dma_limit} shim DMA streams",
-    )
+    problem = device.shim_budget_problem(columns, streams)
+    require(op, "num_aie_columns", problem is None, problem)
 
 
 # ---- kernels -------------------------------------------------------------------------
@@ -180,33 +167,6 @@ PRECISE = 2e-4
 #: K sharing an exponent, 8-bit mantissas): a model of that quantisation
 #: reaches 7.9e-3 at K = 64 on standard-normal data (benchmarks/tolerance.py)
 EMULATED = 1e-2
-#: mean |x| of a standard normal: the scale `example_inputs` draws
-UNIT_MEAN_ABS = math.sqrt(2 / math.pi)
-
-
-def finite_abs(array) -> np.ndarray:
-    """|x| of the finite elements, flat: garbage (NaN, inf) must not set a bound."""
-    values = np.abs(np.asarray(array, dtype=np.float64)).ravel()
-    return values[np.isfinite(values)]
-
-
-def mean_abs(array, default: float = UNIT_MEAN_ABS) -> float:
-    """Mean |x| over the finite elements of `array`; `default` without one."""
-    if array is None:
-        return default
-    values = finite_abs(array)
-    return float(values.mean()) if values.size else 0.0
-
-
-def product_tolerance(
-    budget: float, k: int, mean_a: float = UNIT_MEAN_ABS, mean_b: float = UNIT_MEAN_ABS
-) -> Tolerance:
-    """Relative 0.04 (a bf16 result, accumulated in another order) with an
-    absolute floor of `budget` times the product's mass, k * mean|a| *
-    mean|b|: the size of a sum of k products. A result that cancels to near
-    zero is judged against what its sum moved through, and garbage of that
-    size still fails. The defaults are standard-normal inputs."""
-    return Tolerance.relative(0.04, atol=budget * k * mean_a * mean_b)
 
 
 # ---- composites ----------------------------------------------------------------------

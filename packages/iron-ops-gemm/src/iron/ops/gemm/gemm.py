@@ -20,14 +20,13 @@ from iron.core import (
     require,
     tunable,
 )
+from iron.core.numerics import mean_abs, product_tolerance, round_to_bf16
 from iron.ops.gemm.common import (
     EMULATED,
     PRECISE,
     check_columns,
     check_core_memory,
-    mean_abs,
     most_columns,
-    product_tolerance,
     row_blocks,
 )
 
@@ -70,18 +69,6 @@ def bfp16_emulated(x: np.ndarray, axis: int) -> np.ndarray:
     step = np.exp2(np.floor(np.log2(np.where(top > 0, top, 1))) - 6)  # top / step in [64, 128)
     quantised = np.clip(np.round(blocks / step), -128, 127) * step
     return np.moveaxis(quantised.reshape(moved.shape), -1, axis).astype(np.float32)
-
-
-def to_bf16_once(exact: np.ndarray) -> np.ndarray:
-    """float64 values rounded to bf16 once, to nearest even. (A plain cast
-    goes through float32 and rounds twice; rounding to odd at float32 first
-    keeps the second rounding exact.)"""
-    near = exact.astype(np.float32)
-    bits = near.view(np.uint32)
-    overshoot = np.abs(near.astype(np.float64)) > np.abs(exact)
-    bits = bits - overshoot.astype(np.uint32)  # toward zero
-    inexact = bits.view(np.float32).astype(np.float64) != exact
-    return (bits | inexact.astype(np.uint32)).view(np.float32).astype(bf16)
 
 
 @attrs.frozen
@@ -229,18 +216,19 @@ class GEMM(Operator):
         if not self.integer:
             C = product.astype(self.dtype_out)
         else:
-            C = product.astype(np.int32) if self.dtype_out.kind == "i" else to_bf16_once(product)
+            C = product.astype(np.int32) if self.dtype_out.kind == "i" else round_to_bf16(product)
         return np.ascontiguousarray(C.T if self.c_col_maj else C)
 
-    def tolerance(self, device: Device | None = None, *, a=None, b=None) -> Tolerance:
+    def tolerance(self, device: Device | None = None, *, inputs=None) -> Tolerance:
         """int8 to int32: exact. int8 to bf16: one rounding. bf16 in:
         relative 0.04 with an absolute floor of a budget times the product's
-        mass, K * mean|a| * mean|b| (see `product_tolerance`): pass the
-        inputs as `a` and `b` for the floor of that data; without them, the
-        floor of standard-normal inputs. The budget: 1e-2 on aie2p (bf16
-        emulated through bfp16) or an unknown device, 2e-4 on aie2."""
+        mass, K * mean|A| * mean|B| (see `product_tolerance`): of `inputs`
+        (A, B) when given, else of standard-normal inputs. The budget: 1e-2
+        on aie2p (bf16 emulated through bfp16) or an unknown device, 2e-4 on
+        aie2."""
         if self.integer:
             return Tolerance.exact() if self.dtype_out.kind == "i" else Tolerance.relative(2**-8)
         device = device or self.device
         budget = EMULATED if device is None or emulated(device, self.dtype_in) else PRECISE
+        a, b = inputs if inputs is not None else (None, None)
         return product_tolerance(budget, self.K, mean_abs(a), mean_abs(b))

@@ -6,14 +6,13 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Case, Device, Operator, Tolerance, bf16, require, tunable
+from iron.core.numerics import mean_abs, product_tolerance
 from iron.ops.gemm.common import (
     PRECISE,
     check_columns,
     check_core_memory,
     check_vector_reduction,
-    mean_abs,
     most_columns,
-    product_tolerance,
     row_blocks,
     vector_width,
 )
@@ -135,9 +134,10 @@ class GEMV(Operator):
             y[..., rows] = np.matmul(A[..., rows, :].astype(np.float32), x)[..., 0]
         return y.astype(bf16)
 
-    def tolerance(self, device: Device | None = None, *, a=None, x=None) -> Tolerance:
+    def tolerance(self, device: Device | None = None, *, inputs=None) -> Tolerance:
         """Relative 0.04 with an absolute floor of 2e-4 times the product's
         mass, K * mean|A| * mean|x| (the matvec multiplies bf16 into float32
-        accumulators on every device); pass `a` and `x` for the floor of
-        that data, else standard-normal inputs are assumed."""
+        accumulators on every device), of `inputs` (A, x) when given, else
+        of standard-normal inputs."""
+        a, x = inputs if inputs is not None else (None, None)
         return product_tolerance(PRECISE, self.K, mean_abs(a), mean_abs(x))

@@ -7,7 +7,8 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Case, Device, Tolerance, bf16
-from iron.ops.gemm.common import PRECISE, CacheReader, mean_abs, product_tolerance
+from iron.core.numerics import mean_abs, product_tolerance
+from iron.ops.gemm.common import PRECISE, CacheReader
 
 
 @attrs.frozen
@@ -39,14 +40,13 @@ class GQAContext(CacheReader):
         v = values[:n].astype(np.float32).transpose(1, 0, 2)  # (kv_heads, n, head_dim)
         return np.matmul(w, v).reshape(self.heads, self.head_dim).astype(bf16)
 
-    def tolerance(
-        self, device: Device | None = None, *, weights=None, values=None, valid=None
-    ) -> Tolerance:
+    def tolerance(self, device: Device | None = None, *, inputs=None) -> Tolerance:
         """Relative 0.04 with an absolute floor of 2e-4 times the product's
-        mass, valid * mean|weights read| * mean|values read|; pass the data
-        and `valid` for its floor. Without weights, softmax weights are
-        assumed (mean 1 / valid); without values, standard-normal ones."""
-        n = self.positions(valid)
+        mass, valid * mean|weights read| * mean|values read|, of `inputs`
+        (weights, values) read up to `valid` when given; else of softmax
+        weights (mean 1 / valid) and standard-normal values."""
+        n = self.positions(self.valid)
+        weights, values = inputs if inputs is not None else (None, None)
         read_w = None if weights is None else weights[:, :n]
         read_v = None if values is None else values[:n]
         return product_tolerance(PRECISE, n, mean_abs(read_w, 1 / n), mean_abs(read_v))

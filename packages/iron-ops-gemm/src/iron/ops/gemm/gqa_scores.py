@@ -7,7 +7,8 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Case, Device, Tolerance, bf16
-from iron.ops.gemm.common import PRECISE, CacheReader, mean_abs, product_tolerance
+from iron.core.numerics import mean_abs, product_tolerance
+from iron.ops.gemm.common import PRECISE, CacheReader
 
 
 @attrs.frozen
@@ -46,14 +47,13 @@ class GQAScores(CacheReader):
         scores[:, :n] = (np.matmul(q, k.transpose(0, 2, 1)) * self.scale).reshape(self.heads, n)
         return scores.astype(bf16)
 
-    def tolerance(
-        self, device: Device | None = None, *, q=None, keys=None, valid=None
-    ) -> Tolerance:
+    def tolerance(self, device: Device | None = None, *, inputs=None) -> Tolerance:
         """Relative 0.04 with an absolute floor of 2e-4 times the scaled
-        product's mass, head_dim * mean|q| * mean|keys read| / sqrt(head_dim);
-        pass `q`, `keys` and `valid` for that data's floor, else
-        standard-normal inputs are assumed."""
-        read = None if keys is None else keys[: self.positions(valid)]
+        product's mass, head_dim * mean|q| * mean|keys read| / sqrt(head_dim),
+        of `inputs` (q, keys) read up to `valid` when given, else of
+        standard-normal inputs."""
+        q, keys = inputs if inputs is not None else (None, None)
+        read = None if keys is None else keys[: self.positions(self.valid)]
         return product_tolerance(
             PRECISE, self.head_dim, mean_abs(q), mean_abs(read) * float(self.scale)
         )

@@ -18,7 +18,8 @@ from iron.core import (
     require,
     tunable,
 )
-from iron.ops.gemm.common import check_heads, finite_abs
+from iron.core.numerics import finite_abs
+from iron.ops.gemm.common import check_heads
 
 #: query rows per block (and key rows per block): the kernel's B_q = B_kv
 BLOCK = 64
@@ -145,10 +146,10 @@ class MHA(Operator):
         out = out.transpose(1, 0, 2) if self.heads_interleaved else out
         return np.ascontiguousarray(out).astype(bf16)
 
-    def tolerance(self, device: Device | None = None, *, v=None) -> Tolerance:
+    def tolerance(self, device: Device | None = None, *, inputs=None) -> Tolerance:
         """IRON's device check of this kernel: relative 0.04, absolute 0.15
         for values in [0, 4), and 0.5% of the elements may miss. Outputs are
         weighted means of rows of V, so the absolute part scales with V:
-        0.0375 x max|v| when `v` is given."""
-        scale = 4.0 if v is None else float(finite_abs(v).max(initial=0.0))
+        0.0375 x max|V| when `inputs` (Q, K, V) are given."""
+        scale = 4.0 if inputs is None else float(finite_abs(inputs[2]).max(initial=0.0))
         return Tolerance.relative(0.04, atol=0.15 / 4.0 * scale, max_mismatch_frac=0.005)

@@ -1,0 +1,69 @@
+import re
+from pathlib import Path
+
+import pytest
+
+from iron.core.settings import VARIABLES, Settings, current
+
+
+def test_defaults_and_where_they_came_from():
+    s = Settings.from_environment({"XDG_CACHE_HOME": "/xdg"})
+    assert (s.backend, s.device, s.poison, s.debug) == ("auto", "npu2", False, False)
+    assert (s.plugins, s.disable_plugins, s.require_fixture_plugins) == (None, frozenset(), False)
+    assert s.sources == dict.fromkeys([v.name for v in VARIABLES], "default")
+    assert Settings.from_environment({}).cache_home.name == "iron"
+
+
+def test_environment_values_and_their_source():
+    env = {
+        "IRON_BACKEND": "sim",
+        "IRON_DEVICE": "npu1",
+        "IRON_POISON": "1",
+        "IRON_CACHE_HOME": "/tmp/iron-cache",
+        "IRON_PLUGINS": " eltwise, gemm ,",
+        "IRON_DISABLE_PLUGINS": "*",
+        "IRON_DEBUG": "1",
+        "IRON_REQUIRE_FIXTURE_PLUGINS": "1",
+        "IRON_UNRELATED": "x",
+    }
+    s = Settings.from_environment(env)
+    assert (s.backend, s.device, s.poison, s.debug, s.require_fixture_plugins) == (
+        "sim", "npu1", True, True, True,
+    )  # fmt: skip
+    assert s.cache_home == Path("/tmp/iron-cache")
+    assert s.plugins == {"eltwise", "gemm"} and s.disable_plugins == {"*"}
+    assert set(s.sources.values()) == {"env"}
+    assert ("IRON_PLUGINS", "eltwise,gemm", "env") in s.rows()
+
+
+def test_an_empty_variable_is_unset():
+    s = Settings.from_environment({"IRON_BACKEND": "", "IRON_PLUGINS": " "})
+    assert s.backend == "auto" and s.plugins is None
+    assert s.sources["IRON_BACKEND"] == "default"
+    assert ("IRON_PLUGINS", "(all)", "default") in s.rows()
+
+
+@pytest.mark.parametrize("variable", ["IRON_POISON", "IRON_DEBUG", "IRON_REQUIRE_FIXTURE_PLUGINS"])
+def test_a_flag_is_0_or_1(variable):
+    with pytest.raises(ValueError, match=f"{variable}='yes': 0 or 1"):
+        Settings.from_environment({variable: "yes"})
+
+
+def test_current_reads_the_environment_when_called(monkeypatch):
+    monkeypatch.setenv("IRON_DEVICE", "npu1")
+    assert current().device == "npu1" and current().sources["IRON_DEVICE"] == "env"
+    monkeypatch.delenv("IRON_DEVICE")
+    assert current().device == "npu2"
+
+
+def test_no_other_module_reads_an_iron_variable():
+    """settings.py is the one place, in every package of the repository: a
+    new IRON_* read elsewhere fails here, as does one the README's table
+    leaves out."""
+    packages = Path(__file__).parents[2]
+    sources = [p for p in packages.glob("*/src/**/*.py") if p.name != "settings.py"]
+    assert len(sources) > 50
+    reads = re.compile(r"(environ|getenv)[^\n]*IRON_")
+    assert [str(p) for p in sources if reads.search(p.read_text())] == []
+    documented = (Path(__file__).parents[1] / "README.md").read_text()
+    assert [v.name for v in VARIABLES if f"| `{v.name}` |" not in documented] == []

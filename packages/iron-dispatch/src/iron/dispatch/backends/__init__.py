@@ -1,0 +1,151 @@
+"""Backends: how a runlist becomes an image and how an image runs.
+
+`Backend` is the protocol a backend follows and what the
+`iron_register_backends` hook registers (by a factory: a class or function
+that takes no argument). IRON's own backends are `reference`, `sim` and
+`npu` (one module each here); they share `CompilingBackend`, which compiles
+through the compile cache. A third-party backend may use it too, or
+implement the protocol from scratch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+from iron.core import Device
+from iron.dispatch.cache import CompileCache
+from iron.dispatch.executable import StepReport
+from iron.dispatch.identity import digest, key_text
+from iron.dispatch.image import Image, build
+from iron.dispatch.layout import Layout
+from iron.dispatch.memory import DeviceBuffer
+from iron.dispatch.runlist import Runlist
+
+log = logging.getLogger("iron.dispatch")
+
+#: the dispatch modes: one program over the whole runlist; one dispatch per
+#: step; one dispatch per step, each judged against the operator's reference
+MODES = ("fused", "separate", "compare")
+
+
+class BackendUnavailable(RuntimeError):
+    """The chosen backend cannot run on this host."""
+
+
+@runtime_checkable
+class Executable(Protocol):
+    """One loaded image. Before a call the caller writes the inputs into
+    ``buffers["input"].host``; after it, it reads the outputs from
+    ``buffers["output"].host``. In between the executable moves bytes
+    between host and device as its dispatch mode does, runs every step, and
+    (compare mode) leaves one `StepReport` per output of each step in
+    `reports`."""
+
+    buffers: dict[str, DeviceBuffer]
+    reports: list[StepReport]
+
+    def __call__(self, values: Mapping[str, int]) -> None:
+        """Run once with the per-call values (scalar name -> int)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a backend is. `name` is its registered name; `unified` says
+    whether host and device share one set of bytes (the caller allocates
+    the buffers `load` takes with it, `iron.dispatch.executable.allocate`);
+    `modes` are the dispatch modes of `MODES` it runs."""
+
+    name: str
+    unified: bool
+    modes: tuple[str, ...]
+
+    def available(self) -> tuple[bool, str]:
+        """(ok, why): whether it can run on this host and, if not, what is
+        missing and how to get it. Never raises; cheap enough for `iron
+        doctor` and for ``auto`` to ask every backend."""
+
+    def compile(self, runlist: Runlist, layout: Layout, mode: str = "fused", flags=()) -> Image:
+        """The image of `runlist` laid out by `layout`, in dispatch `mode`;
+        `flags` (strings such as "trace") are part of its identity. Raises
+        `ValueError` naming the backend and its modes for a mode it does
+        not run (compare included: no silent plain run), `BackendUnavailable`
+        when it cannot run here, `CompileError` when the runlist cannot be
+        its image."""
+
+    def load(
+        self,
+        image: Image,
+        buffers: dict[str, DeviceBuffer],
+        *,
+        device: Device | None = None,
+        poison: bool = False,
+    ) -> Executable:
+        """An executable of `image` over `buffers` (arena name -> buffer, for
+        "input", "output" and "scratch"). `device` is what compare mode
+        judges tolerances for; `poison` fills transients and outputs with NaN
+        bytes before every run."""
+
+
+class CompilingBackend:
+    """What IRON's backends share: `compile` checks the mode and
+    availability and goes through the compile cache (a hit costs a hash and
+    a read), building with `iron.dispatch.image.build`. Subclasses set
+    `name`, `unified`, `modes`, `max_words` (the parameter scratchpad's
+    words, None for no limit) and define `load`; `hits` and `misses` count
+    cache lookups."""
+
+    name = "backend"
+    unified = False
+    modes: tuple[str, ...] = MODES
+    max_words: int | None = None
+
+    def __init__(self, cache: CompileCache | None = None) -> None:
+        self.cache = cache
+        self.hits = self.misses = 0
+
+    def available(self) -> tuple[bool, str]:
+        return True, "always"
+
+    def check_mode(self, mode: str) -> None:
+        if mode not in self.modes:
+            raise ValueError(
+                f"backend {self.name!r} has no mode {mode!r} (modes: {', '.join(self.modes)})"
+            )
+
+    def compile(self, runlist: Runlist, layout: Layout, mode: str = "fused", flags=()) -> Image:
+        self.check_mode(mode)
+        ok, why = self.available()
+        if not ok:
+            raise BackendUnavailable(f"backend {self.name!r} is not available here: {why}")
+        parts = {
+            "backend": self.name,
+            "mode": mode,
+            "flags": sorted(flags),
+            "device": runlist.device.key if runlist.device else None,
+        }
+        key = digest(key_text(runlist, layout, parts))
+        cache = self.cache or CompileCache()
+        started = time.perf_counter()
+        data, hit = cache.get_or_build(
+            key,
+            lambda: self.build(runlist, layout, mode, flags).to_bytes(),
+            backend=self.name, mode=mode, name=runlist.name,
+        )  # fmt: skip
+        self.hits += hit
+        self.misses += not hit
+        log.debug(
+            "%s: %s image %s (%.1f ms)",
+            runlist.name,
+            "cached" if hit else "compiled",
+            key[:12],
+            1e3 * (time.perf_counter() - started),
+        )
+        return Image.from_bytes(data)
+
+    def build(self, runlist: Runlist, layout: Layout, mode: str, flags) -> Image:
+        return build(
+            runlist, layout, backend=self.name, mode=mode, flags=flags, max_words=self.max_words
+        )

@@ -1,0 +1,238 @@
+"""Running an image on the host: its buffers, its steps bound to typed
+views of them, and the executables of the three dispatch modes.
+
+- fused (`FusedExecutable`): one run over the whole runlist; inputs synced
+  before it and outputs after; per-call values through the parameter
+  scratchpad, written and synced before each run;
+- separate (`SeparateExecutable`): one dispatch per step, per-call values as
+  dispatch scalars, every non-input buffer pulled back after the chain;
+- compare (`CompareExecutable`): separate dispatch with each step judged
+  against its operator's reference on the inputs the device had.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import attrs
+import numpy as np
+
+from iron.core import Device, Operator, compare
+from iron.core.capture import Expr
+from iron.dispatch.image import Image, ImageStep
+from iron.dispatch.memory import DeviceBuffer, view
+
+log = logging.getLogger("iron.dispatch")
+
+
+def allocate(
+    image: Image, *, granule: int, unified: bool, scratch: DeviceBuffer | None = None
+) -> dict[str, DeviceBuffer]:
+    """Fresh input and output buffers for `image` (and scratch, unless shared)."""
+    buffers = {
+        arena: DeviceBuffer(
+            image.sizes[arena], granule=granule, unified=unified, name=f"{image.name}.{arena}"
+        )
+        for arena in ("input", "output")
+    }
+    buffers["scratch"] = scratch or DeviceBuffer(
+        image.sizes["scratch"], granule=granule, unified=unified, name=f"{image.name}.scratch"
+    )
+    for arena, table in (("input", image.inputs), ("output", image.outputs)):
+        for name, offset, nbytes in table:
+            buffers[arena].register(name, offset, nbytes)
+    for name, offset, nbytes in image.residents:
+        buffers["scratch"].register(name, offset, nbytes)
+    return buffers
+
+
+# ---- steps bound to memory ------------------------------------------------------
+
+
+def kernel(op: Operator, use_device_model: bool) -> Callable:
+    """How one step computes: the operator's `simulate` (its model of the
+    device kernel) or its `reference`. Unbound per-call members take their
+    field values; the result is always a tuple."""
+    # an operator without a model of its own simulates with its reference:
+    # call that directly, one call less on every step
+    modelled = use_device_model and type(op).simulate is not Operator.simulate
+    fn = op.simulate if modelled else op.reference
+    defaults = {m: getattr(op, m) for m in op.per_call_members()}
+
+    def run(*arrays, **values):
+        out = fn(*arrays, **{**defaults, **values})
+        return out if isinstance(out, tuple) else (out,)
+
+    return run
+
+
+@attrs.define
+class BoundStep:
+    index: int
+    step: ImageStep
+    run: Callable
+    arrays: list[np.ndarray]
+    constants: dict[str, int]
+
+    def values(self, words) -> dict[str, int]:
+        """This step's per-call values, read from the parameter words."""
+        values = {member: int(words[w]) for member, w in self.step.words}
+        values.update(self.constants)
+        return values
+
+    def __call__(self, words) -> None:
+        step = self.step
+        values = {member: int(words[w]) for member, w in step.words}  # inline: the hot path
+        values.update(self.constants)
+        outputs = self.run(*(self.arrays[i] for i in step.reads), **values)
+        for i, out in zip(step.writes, outputs):
+            self.arrays[i][...] = out
+
+
+def bind(image: Image, memory: dict[str, np.ndarray], use_device_model: bool) -> list[BoundStep]:
+    """Steps with typed views into `memory` (arena -> byte array) ready to run."""
+    bound = []
+    for index, step in enumerate(image.steps):
+        arrays = [view(memory[p.arena], p.offset, p.nbytes, p.dtype, p.shape) for p in step.args]
+        bound.append(
+            BoundStep(index, step, kernel(step.op, use_device_model), arrays, dict(step.constants))
+        )
+    return bound
+
+
+def evaluate(parameters: tuple[Expr, ...], values: Mapping[str, int]) -> np.ndarray:
+    return np.array([e.evaluate(values) for e in parameters], dtype=np.int64)
+
+
+# ---- executables ----------------------------------------------------------------
+
+
+@attrs.frozen
+class StepReport:
+    """Compare mode's judgement of one step (each on the device's own inputs)."""
+
+    index: int
+    operator: str
+    output: str
+    max_abs: float
+    max_rel: float
+    passed: bool
+    detail: str
+
+
+class FusedExecutable:
+    """One loaded image, fused: call it with the per-call values to run once.
+
+    The caller writes inputs into ``buffers["input"].host`` and reads outputs
+    from ``buffers["output"].host``; the executable moves bytes between host
+    and device as the image's dispatch mode does on the NPU. `device_model`:
+    steps run their operator's `simulate` instead of its `reference`;
+    `poison`: transients and outputs are NaN bytes before every run."""
+
+    #: per-call values reach the device through the parameter scratchpad (a
+    #: full ELF); otherwise they are dispatch scalars (an xclbin chain)
+    scratchpad = True
+    #: after the run the host pulls back every non-input buffer
+    pulls_back_scratch = False
+
+    def __init__(
+        self, image: Image, buffers: dict[str, DeviceBuffer], *, device_model: bool, poison: bool
+    ) -> None:
+        self.image, self.buffers, self.poison = image, buffers, poison
+        self.device_model = device_model
+        unified = buffers["input"].unified
+        self.parameters = DeviceBuffer(
+            8 * max(1, len(image.parameters)), unified=unified, name=f"{image.name}.parameters"
+        )
+        self._generation = None
+        self._steps: list[BoundStep] = []
+        self.reports: list[StepReport] = []
+
+    def steps(self) -> list[BoundStep]:
+        """Bound steps, rebuilt when the shared arena has grown."""
+        generation = self.buffers["scratch"].generation
+        if generation != self._generation:
+            memory = {arena: buffer.device for arena, buffer in self.buffers.items()}
+            self._steps = bind(self.image, memory, self.device_model)
+            self._generation = generation
+        return self._steps
+
+    def _poison(self) -> None:
+        self.buffers["scratch"].poison(self.image.transients)
+        self.buffers["output"].poison([(0, self.buffers["output"].nbytes)])
+
+    def _words(self, values: Mapping[str, int]) -> np.ndarray:
+        """Write the parameter scratchpad and sync it; the device reads it."""
+        if not self.image.parameters:
+            return self.parameters.device.view(np.int64)
+        words = self.parameters.host.view(np.int64)
+        words[: len(self.image.parameters)] = evaluate(self.image.parameters, values)
+        self.parameters.sync_to_device()
+        return self.parameters.device.view(np.int64)
+
+    def __call__(self, values: Mapping[str, int]) -> None:
+        steps = self.steps()
+        self.buffers["input"].sync_to_device()
+        if self.scratchpad:
+            words = self._words(values)
+        else:
+            words = evaluate(self.image.parameters, values)
+        if self.poison:
+            self._poison()
+        self.run(steps, words)
+        self.buffers["output"].sync_from_device()
+        if self.pulls_back_scratch:
+            self.buffers["scratch"].sync_from_device()
+
+    def run(self, steps: list[BoundStep], words) -> None:
+        for step in steps:
+            step(words)
+
+
+class SeparateExecutable(FusedExecutable):
+    """One dispatch per step; per-call values are dispatch scalars; after the
+    chain the host pulls back every non-input buffer (as IRON's xclbin chain
+    does)."""
+
+    scratchpad = False
+    pulls_back_scratch = True
+
+
+class CompareExecutable(SeparateExecutable):
+    """Separate dispatch, each step judged against the operator's reference
+    on the inputs the device actually had, with the tolerance the operator
+    gives for `device` and those inputs (its per-call members set to the
+    call's values). Errors do not accumulate: every step starts from the
+    device's state. `reports` holds the last call's judgements."""
+
+    def __init__(self, image, buffers, *, device_model, poison, device: Device | None) -> None:
+        super().__init__(image, buffers, device_model=device_model, poison=poison)
+        self.device = device
+        self._references = [kernel(s.op, use_device_model=False) for s in image.steps]
+
+    def run(self, steps: list[BoundStep], words) -> None:
+        self.reports = []
+        for step, reference in zip(steps, self._references):
+            spec = step.step
+            inputs = [step.arrays[i].copy() for i in spec.reads]  # read back from the device
+            step(words)
+            values = step.values(words)
+            expected = reference(*inputs, **values)
+            op = attrs.evolve(spec.op, **values) if values else spec.op
+            tolerance = op.tolerance(self.device, inputs=inputs)
+            for i, want in zip(spec.writes, expected):
+                output = str(spec.names[i])
+                verdict = compare(step.arrays[i], want, tolerance, name=output)
+                self.reports.append(
+                    StepReport(step.index, type(spec.op).__name__, output, verdict.max_abs,
+                               verdict.max_rel, verdict.passed, verdict.detail)
+                )  # fmt: skip
+                if not verdict.passed:
+                    log.warning(
+                        "%s step %d (%s): %s",
+                        self.image.name,
+                        step.index,
+                        type(spec.op).__name__,
+                        verdict.detail,
+                    )
