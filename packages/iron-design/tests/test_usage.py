@@ -158,6 +158,11 @@ def test_repeat_counts_multiply_bds_unless_one_bd_repeats_in_hardware(npu1):
     twice = usage(attrs.evolve(design, fifos=deeper))[Tile(0, 1)]
     assert _channels(twice, MM2S) == [(0, "out", 2 * 4)]
     assert twice.locks[0].start == 2 * 4
+    # a BD chain bounded by iter_count restarts from its first BD: no hardware repeat
+    chained = attrs.evolve(
+        design, fifos=(design.fifos[0], attrs.evolve(design.fifos[1], iter_count=2))
+    )
+    assert _channels(usage(chained)[Tile(0, 1)], MM2S) == [(0, "out", 4)]
 
 
 def _big_forward(device, elements: int, depth: int = 1) -> Design:
@@ -184,9 +189,30 @@ def test_a_memtile_pool_spills_to_its_emptier_neighbour(npu1):
         f"fifo in 1 x {4 * half} B (spilled from (1, 1))"
     ]
     assert used[Tile(1, 1)].memory_bytes == npu1.memtile_bytes
+    assert Tile(2, 1) not in used  # the other neighbour takes nothing
     # the channels and locks stay home
-    assert Tile(0, 1) not in used or used[Tile(0, 1)].channels == ()
+    assert used[Tile(0, 1)].channels == () and used[Tile(0, 1)].locks == ()
     assert used[Tile(1, 1)].lock_count == 2
+
+
+def test_the_channels_of_a_spilled_pool_are_numbered_first(npu1):
+    half = npu1.memtile_bytes // 2 // 4
+    big = _big_forward(npu1, half - 16, depth=3)  # its third object spills; a's pool fits home
+    small = [
+        ObjectFifo("a_in", 8, "i32", shim(), (memtile("a"),)),
+        ObjectFifo("a_out", 8, "i32", memtile("a"), (shim(),)),
+    ]
+    design = attrs.evolve(
+        big,
+        fifos=(*small, *big.fifos),
+        links=(forward("a", "a_in", "a_out", tile=Tile(1, 1)), *big.links),
+    )
+    used = usage(design)
+    assert [i.name for i in used[Tile(1, 1)].memory] == ["in", "a_in"]
+    assert [i.name for i in used[Tile(0, 1)].memory] == ["in"]
+    used = used[Tile(1, 1)]
+    assert _channels(used, S2MM) == [(0, "in", 3), (1, "a_in", 2)]
+    assert _channels(used, MM2S) == [(0, "out", 3), (1, "a_out", 2)]
 
 
 def test_a_memtile_pool_stays_home_when_no_neighbour_has_room():

@@ -170,6 +170,7 @@ def usage(design: Design) -> dict[Tile, TileUsage]:
         for endpoint, direction in _ends(fifo):
             tile = tile_of(design, endpoint)
             words = _words(fifo.nbytes, device.dma_granule)
+            repeat = (fifo.repeat_count or 1) if direction == MM2S else 1
             if endpoint.kind == "shim":
                 queued = [t for t in tasks if t.statement.fifo == fifo.name]
                 bds = max((t.channel_live for t in queued), default=0)
@@ -177,7 +178,6 @@ def usage(design: Design) -> dict[Tile, TileUsage]:
                 locks[tile].append(Locks(fifo.name, 2, 0))
             elif endpoint.kind == "core":
                 depth = pool_depth(design, fifo, endpoint)
-                repeat = (fifo.repeat_count or 1) if direction == MM2S else 1
                 memory[tile].append(MemoryItem("fifo", fifo.name, fifo.nbytes, depth))
                 locks[tile].append(Locks(fifo.name, 2, depth * repeat))
                 bds = _bds(depth, repeat)
@@ -188,9 +188,9 @@ def usage(design: Design) -> dict[Tile, TileUsage]:
                 if lanes > 1:  # the pool's own channel moves one slice per BD
                     slices = [design.fifo(f) for f in link.fifos if f != pool.name]
                     words = max(_words(f.nbytes, device.dma_granule) for f in slices)
-                repeat = (fifo.repeat_count or 1) if direction == MM2S else 1
                 bds = _bds(pool.depth_at(pool_end), repeat, lanes, fifo.iter_count is not None)
-            ends.append((tile, direction, fifo.name, bds, words, endpoint.name in spilled))
+            spills = endpoint.kind == "memtile" and endpoint.name in spilled
+            ends.append((tile, direction, fifo.name, bds, words, spills))
 
     channels: dict[Tile, list[Channel]] = defaultdict(list)
     numbered: dict[tuple[Tile, str], int] = defaultdict(int)
@@ -349,7 +349,8 @@ def _place_memtile_pools(design: Design, memory, locks) -> set[str]:
         placed: dict[Tile, int] = defaultdict(int)
 
         def used(tile: Tile) -> int:
-            return sum(i.total for i in memory[tile]) + placed[tile] * fifo.nbytes  # noqa: B023
+            items = memory.get(tile, ())
+            return sum(i.total for i in items) + placed.get(tile, 0) * fifo.nbytes  # noqa: B023
 
         for _ in range(depth):
             tile = home
