@@ -306,17 +306,13 @@ def _transfers(design: Design):
                 device.shim_max_iterations,
                 detail="the highest dimension is the shim BD's iteration count",
             )
+        nbytes = fifo.element.nbytes
         yield from _pattern(
-            v,
-            padded.sizes,
-            padded.strides,
-            fifo.element.nbytes,
-            shim,
-            device.dma_granule,
-            iteration=True,
-            offset=tap.offset,
+            v, padded.sizes, padded.strides, nbytes, shim, device.dma_granule, iteration=True
         )
-        low, high = _reach(tap)
+        if tap.offset * nbytes % device.dma_granule:
+            yield v("offset", tap.offset * nbytes, device.dma_granule, "not a multiple of", " B")
+        low, high = _reach(tap.sizes, tap.strides, tap.offset)
         if low < 0 or high >= tensor.size:
             yield v(
                 "element",
@@ -365,7 +361,7 @@ def _reorders(design: Design):
             yield from _pattern(
                 v, sizes, strides, fifo.element.nbytes, limits, device.dma_granule, label=what
             )
-            reach = sum((s - 1) * t for s, t in dims)
+            _, reach = _reach(sizes, strides)
             if reach >= fifo.size:
                 yield v(
                     f"{what} element",
@@ -376,10 +372,10 @@ def _reorders(design: Design):
                 )
 
 
-def _reach(tap) -> tuple[int, int]:
-    """The lowest and highest element a TAP touches."""
-    spans = [(size - 1) * stride for size, stride in zip(tap.sizes, tap.strides)]
-    return tap.offset + sum(min(0, s) for s in spans), tap.offset + sum(max(0, s) for s in spans)
+def _reach(sizes, strides, offset: int = 0) -> tuple[int, int]:
+    """The lowest and highest element an access pattern touches."""
+    spans = [(size - 1) * stride for size, stride in zip(sizes, strides)]
+    return offset + sum(min(0, s) for s in spans), offset + sum(max(0, s) for s in spans)
 
 
 def _pattern(
@@ -391,7 +387,6 @@ def _pattern(
     granule: int,
     *,
     iteration: bool = False,
-    offset: int = 0,
     label: str = "",
 ):
     """The rules one BD's dimensions keep (highest first; with `iteration`
@@ -432,8 +427,6 @@ def _pattern(
             )
     if sizes[inner] * nbytes % granule:
         yield v(f"{prefix}d0 length", sizes[inner] * nbytes, granule, "not a multiple of", " B")
-    if offset * nbytes % granule:
-        yield v("offset", offset * nbytes, granule, "not a multiple of", " B")
     if iteration and _contiguous(sizes, strides):
         return  # lowered in linear mode: the length field, not the wraps, bounds it
     wrapped = range(count - 2, count) if iteration else range(count)
@@ -471,7 +464,7 @@ def _fifos(design: Design):
                 device.dma_granule,
                 "not a multiple of",
                 " B",
-                detail="DMAs move whole 32-bit words",
+                detail=f"DMAs move whole {device.dma_granule}-byte words",
             )
         if fifo.repeat_count is not None:
             if fifo.producer.kind == "shim":
