@@ -767,6 +767,19 @@ def test_an_object_used_outside_its_acquire_is_refused(npu1):
         to_mlir(design)
 
 
+def test_reorders_at_a_shim_end_are_refused(npu1):
+    design = add_one(npu1)
+    fifo_in, fifo_out = design.fifos
+    reordered = attrs.evolve(fifo_in, dims_to_stream=[(2, 1), (512, 2)])
+    with pytest.raises(DesignError, match="fifo in: mlir-aie has no dimensionsToStream"):
+        to_mlir(attrs.evolve(design, fifos=(reordered, fifo_out)))
+    drained = attrs.evolve(
+        fifo_out, consumers=(attrs.evolve(fifo_out.consumers[0], dims_from_stream=[(2, 1)]),)
+    )
+    with pytest.raises(DesignError, match="fifo out: mlir-aie has no dimensionsToStream"):
+        to_mlir(attrs.evolve(design, fifos=(fifo_in, drained)))
+
+
 def test_split_offsets_that_are_not_end_to_end_are_refused(npu1):
     design = split_join(npu1, tile=256, workers=2, n=2048)
     gap = attrs.evolve(design.links[0], offsets=(0, 128))

@@ -243,6 +243,14 @@ def _tiles(design: Design) -> list[Tile]:
 
 
 def _objectfifo(design: Design, fifo: ObjectFifo) -> str:
+    shim_dims = (fifo.producer.kind == "shim" and fifo.dims_to_stream) or any(
+        c.kind == "shim" and c.dims_from_stream for c in fifo.consumers
+    )
+    if shim_dims:
+        raise DesignError(
+            f"design {design.name}: fifo {fifo.name}: mlir-aie has no dimensionsToStream or "
+            "dimensionsFromStream on a shim tile; reorder with the fill's or drain's TAP"
+        )
     producer = _tile_value(_endpoint_tile(design, fifo.producer))
     if fifo.dims_to_stream:
         producer += f" dimensionsToStream {_dims(fifo.dims_to_stream)}"
