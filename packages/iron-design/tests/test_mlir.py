@@ -118,8 +118,8 @@ CHECK-DAG:  %[[MEM:{V}]] = aie.tile(0, 1)
 PASSTHROUGH = (
     SHIM_AND_MEMTILE
     + """
-CHECK:      aie.objectfifo @in(%[[SHIM]], {%[[MEM]]}, 2 : i32) : !aie.objectfifo<memref<1024xi32>>
-CHECK-NEXT: aie.objectfifo @out(%[[MEM]], {%[[SHIM]]}, 2 : i32) : !aie.objectfifo<memref<1024xi32>>
+CHECK:      aie.objectfifo @in(%[[SHIM]], {%[[MEM]]}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<1024xi32>>
+CHECK-NEXT: aie.objectfifo @out(%[[MEM]], {%[[SHIM]]}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<1024xi32>>
 CHECK-NEXT: aie.objectfifo.link [@in] -> [@out]([] [])
 CHECK-NOT:  aie.core
 """
@@ -129,8 +129,8 @@ CHECK-NOT:  aie.core
 REPEAT = (
     SHIM_AND_MEMTILE
     + f"""
-CHECK:      aie.objectfifo @in(%[[SHIM]], {{%[[MEM]]}}, 1 : i32) : !aie.objectfifo<memref<1024xi32>>
-CHECK-NEXT: aie.objectfifo @out(%[[MEM]], {{%[[SHIM]]}}, 1 : i32) {{repeat_count = 4 : i32}} : !aie.objectfifo<memref<1024xi32>>
+CHECK:      aie.objectfifo @in(%[[SHIM]], {{%[[MEM]]}}, [1 : i32, 1 : i32]) : !aie.objectfifo<memref<1024xi32>>
+CHECK-NEXT: aie.objectfifo @out(%[[MEM]], {{%[[SHIM]]}}, [1 : i32, 1 : i32]) {{repeat_count = 4 : i32}} : !aie.objectfifo<memref<1024xi32>>
 CHECK-NEXT: aie.objectfifo.link [@in] -> [@out]([] [])
 CHECK:      aie.runtime_sequence @sequence(%[[X:{V}]]: memref<1024xi32>, %[[Y:{V}]]: memref<4096xi32>) {{
 CHECK-NEXT: aiex.npu.load_pdi {{device_ref = @main}}
@@ -143,8 +143,8 @@ CHECK-NEXT: aiex.npu.load_pdi {{device_ref = @main}}
 TRANSPOSE = (
     SHIM_AND_MEMTILE
     + f"""
-CHECK:      aie.objectfifo @in(%[[SHIM]], {{%[[MEM]]}}, 2 : i32) : !aie.objectfifo<memref<64xi32>>
-CHECK-NEXT: aie.objectfifo @out(%[[MEM]], {{%[[SHIM]]}}, 2 : i32) : !aie.objectfifo<memref<64xi32>>
+CHECK:      aie.objectfifo @in(%[[SHIM]], {{%[[MEM]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<64xi32>>
+CHECK-NEXT: aie.objectfifo @out(%[[MEM]], {{%[[SHIM]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<64xi32>>
 CHECK-NEXT: aie.objectfifo.link [@in] -> [@out]([] [])
 CHECK:      aie.runtime_sequence @sequence(%[[X:{V}]]: memref<64x32xi32>, %[[Y:{V}]]: memref<32x64xi32>) {{
 CHECK-NEXT: aiex.npu.load_pdi {{device_ref = @main}}
@@ -182,8 +182,8 @@ CHECK:      module {{
 CHECK-NEXT: aie.device(DEVICE) @main {{
 CHECK-DAG:  %[[SHIM:{V}]] = aie.tile(0, 0)
 CHECK-DAG:  %[[CORE:{V}]] = aie.tile(0, 2)
-CHECK:      aie.objectfifo @in(%[[SHIM]], {{%[[CORE]]}}, 2 : i32) : !aie.objectfifo<memref<1024xi32>>
-CHECK-NEXT: aie.objectfifo @out(%[[CORE]], {{%[[SHIM]]}}, 2 : i32) : !aie.objectfifo<memref<1024xi32>>
+CHECK:      aie.objectfifo @in(%[[SHIM]], {{%[[CORE]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<1024xi32>>
+CHECK-NEXT: aie.objectfifo @out(%[[CORE]], {{%[[SHIM]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<1024xi32>>
 CHECK-NEXT: func.func private @add_one_i32(memref<1024xi32>, memref<1024xi32>, i32) attributes {{link_with = "add_one_i32.o"}}
 """
     + adder_core("CORE", "in", "out", 1024)
@@ -197,13 +197,13 @@ def split_join_checks(lanes: int = 4, tile: int = 256) -> str:
     )
     big = f"memref<{lanes * tile}xi32>"
     checks += f"""
-CHECK:      aie.objectfifo @in(%[[SHIM]], {{%[[MEM]]}}, 2 : i32) : !aie.objectfifo<{big}>
-CHECK-NEXT: aie.objectfifo @out(%[[MEM]], {{%[[SHIM]]}}, 2 : i32) : !aie.objectfifo<{big}>
+CHECK:      aie.objectfifo @in(%[[SHIM]], {{%[[MEM]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<{big}>
+CHECK-NEXT: aie.objectfifo @out(%[[MEM]], {{%[[SHIM]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<{big}>
 """
     for i in range(lanes):
         checks += f"""
-CHECK-NEXT: aie.objectfifo @in{i}(%[[MEM]], {{%[[C{i}]]}}, 2 : i32) : !aie.objectfifo<memref<{tile}xi32>>
-CHECK-NEXT: aie.objectfifo @out{i}(%[[C{i}]], {{%[[MEM]]}}, 2 : i32) : !aie.objectfifo<memref<{tile}xi32>>
+CHECK-NEXT: aie.objectfifo @in{i}(%[[MEM]], {{%[[C{i}]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<{tile}xi32>>
+CHECK-NEXT: aie.objectfifo @out{i}(%[[C{i}]], {{%[[MEM]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<{tile}xi32>>
 """
     ins = ", ".join(f"@in{i}" for i in range(lanes))
     outs = ", ".join(f"@out{i}" for i in range(lanes))
@@ -414,7 +414,7 @@ def test_dimensions_per_endpoint_depths_and_counts_use_the_dialect_attributes(np
 CHECK-DAG: %[[SHIM:{V}]] = aie.tile(0, 0)
 CHECK-DAG: %[[MEM:{V}]] = aie.tile(0, 1)
 CHECK:     aie.objectfifo @in(%[[SHIM]], {{%[[MEM]] dimensionsFromStream [<size = 8, stride = 1>, <size = 8, stride = 8>]}}, [2 : i32, 3 : i32]) : !aie.objectfifo<memref<64xi32>>
-CHECK:     aie.objectfifo @out(%[[MEM]] dimensionsToStream [<size = 2, stride = 32>, <size = 32, stride = 1>], {{%[[SHIM]]}}, 2 : i32) {{iter_count = 4 : i32, repeat_count = 2 : i32}} : !aie.objectfifo<memref<64xi32>>
+CHECK:     aie.objectfifo @out(%[[MEM]] dimensionsToStream [<size = 2, stride = 32>, <size = 32, stride = 1>], {{%[[SHIM]]}}, [2 : i32, 2 : i32]) {{iter_count = 4 : i32, repeat_count = 2 : i32}} : !aie.objectfifo<memref<64xi32>>
 """
     assert_matches(to_mlir(design), checks, tmp_path)
 

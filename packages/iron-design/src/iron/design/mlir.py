@@ -33,6 +33,10 @@ Choices, each as current mlir-aie makes it:
 - A barrier is one lock per waiting worker (init 0); the worker waits with
   ``aie.use_lock(Acquire, value)`` and the runtime sets every lock with
   ``aiex.set_lock``, as IRON lowers ``WorkerRuntimeBarrier``.
+- Depths are always given per endpoint (``[producer, consumers...]``),
+  which the ObjectFifo lowering honours as given; from a single number it
+  would size each core's pool to that core's largest acquire + 1, so the
+  hardware would hold other than the design (and the checker) says.
 - Kernels are private ``func.func`` declarations with ``link_with`` naming
   their object; kernels built from one source with one set of flags share
   one object (`kernel_objects`).
@@ -260,11 +264,7 @@ def _objectfifo(design: Design, fifo: ObjectFifo) -> str:
         if consumer.dims_from_stream:
             text += f" dimensionsFromStream {_dims(consumer.dims_from_stream)}"
         consumers.append(text)
-    depths = [fifo.depth_at(e) for e in fifo.endpoints]
-    if len(set(depths)) == 1:
-        depth = f"{depths[0]} : i32"
-    else:  # one per endpoint, producer first, honoured as given by the lowering
-        depth = "[" + ", ".join(f"{d} : i32" for d in depths) + "]"
+    depth = "[" + ", ".join(f"{fifo.depth_at(e)} : i32" for e in fifo.endpoints) + "]"
     attributes = [
         f"{name} = {value} : i32"
         for name, value in (("iter_count", fifo.iter_count), ("repeat_count", fifo.repeat_count))
