@@ -65,6 +65,8 @@ from iron.design.model import (
     Fill,
     Finish,
     Kernel,
+    Link,
+    LocalBuffer,
     Loop,
     Memref,
     Obj,
@@ -201,13 +203,17 @@ def _tile_value(tile: Tile) -> str:
     return f"%{prefix}_{tile.col}_{tile.row}"
 
 
-def _buffer_value(worker: Worker, buffer) -> str:
+def _buffer_value(worker: Worker, buffer: LocalBuffer) -> str:
     # dots cannot occur in design names, so these never meet another value's name
     return f"%buf.{worker.name}.{buffer.name}"
 
 
+def _list(items) -> str:
+    return f"[{', '.join(map(str, items))}]"
+
+
 def _dims(dims) -> str:
-    return "[" + ", ".join(f"<size = {s}, stride = {t}>" for s, t in dims) + "]"
+    return _list(f"<size = {s}, stride = {t}>" for s, t in dims)
 
 
 def _endpoint_tile(design: Design, endpoint: Endpoint) -> Tile:
@@ -264,7 +270,7 @@ def _objectfifo(design: Design, fifo: ObjectFifo) -> str:
         if consumer.dims_from_stream:
             text += f" dimensionsFromStream {_dims(consumer.dims_from_stream)}"
         consumers.append(text)
-    depth = "[" + ", ".join(f"{fifo.depth_at(e)} : i32" for e in fifo.endpoints) + "]"
+    depth = _list(f"{fifo.depth_at(e)} : i32" for e in fifo.endpoints)
     attributes = [
         f"{name} = {value} : i32"
         for name, value in (("iter_count", fifo.iter_count), ("repeat_count", fifo.repeat_count))
@@ -278,11 +284,10 @@ def _objectfifo(design: Design, fifo: ObjectFifo) -> str:
     )
 
 
-def _link(design: Design, link) -> str:
-    sources = ", ".join(f"@{f}" for f in link.sources)
-    destinations = ", ".join(f"@{f}" for f in link.destinations)
+def _link(design: Design, link: Link) -> str:
+    fifos = f"{_list(f'@{f}' for f in link.sources)} -> {_list(f'@{f}' for f in link.destinations)}"
     if link.kind == "forward":
-        return f"aie.objectfifo.link [{sources}] -> [{destinations}]([] [])"
+        return f"aie.objectfifo.link {fifos}([] [])"
     # the dialect takes each transfer's length from the next offset (the last
     # runs to the end of the big object), so only end-to-end offsets say what
     # the design says
@@ -297,9 +302,8 @@ def _link(design: Design, link) -> str:
                 f"{design.fifo(name).size} elements, but the next offset is {end}; mlir-aie "
                 "needs the fifos of a split or join end to end, in offset order"
             )
-    listed = "[" + ", ".join(map(str, offsets)) + "]"
-    pair = f"[] {listed}" if link.kind == "split" else f"{listed} []"
-    return f"aie.objectfifo.link [{sources}] -> [{destinations}]({pair})"
+    pair = f"[] {_list(offsets)}" if link.kind == "split" else f"{_list(offsets)} []"
+    return f"aie.objectfifo.link {fifos}({pair})"
 
 
 def _signature(design: Design, kernel: Kernel) -> str:
@@ -556,11 +560,10 @@ def _task(design: Design, statement: Fill | Drain, task: str, argument: str) -> 
     if tap.sizes[0] > 1:
         attributes.append(f"repeat_count = {tap.sizes[0] - 1} : i32")
     attributes = f" {{{', '.join(attributes)}}}" if attributes else ""
-    sizes, strides = ", ".join(map(str, tap.sizes)), ", ".join(map(str, tap.strides))
     return [
         f"{task} = aiex.dma_configure_task_for @{statement.fifo} {{",
         f"  aie.dma_bd({argument} : {memref} offset = {tap.offset} len = "
-        f"{math.prod(tap.sizes[1:])} sizes = [{sizes}] strides = [{strides}])",
+        f"{math.prod(tap.sizes[1:])} sizes = {_list(tap.sizes)} strides = {_list(tap.strides)})",
         "  aie.end",
         f"}}{attributes}",
         f"aiex.dma_start_task({task})",
