@@ -79,34 +79,31 @@ def test_peano_compiles_each_kernel_object_once_for_the_device_arch(device_name,
     assert command[-4:] == ["-c", str(SHIPPED_ADD_ONE), "-o", str(tmp_path / "add_one_i32.o")]
 
 
-def test_kernel_flags_follow_the_include_dirs(npu1, tmp_path):
-    design = add_one(npu1)
-    flagged = attrs.evolve(add_one_kernel(1024), flags=("-DLANES=16",))
-    worker = design.workers[0]
-    body = [attrs.evolve(op, kernel=flagged) if isinstance(op, Call) else op for op in worker.body]
-    design = attrs.evolve(design, workers=(attrs.evolve(worker, body=body),))
-    (command,) = peano_commands(design, tmp_path, peano="p")
-    assert command.index("-DLANES=16") == command.index("-c") - 1
-    assert not any(flag.startswith("-I") for flag in command)
-
-
-def _with_source(design, source):
-    kernel = attrs.evolve(add_one_kernel(1024), source=source)
+def _with_kernel(design, **changes):
+    """`design` (one worker) calling its kernel changed by `changes`."""
+    kernel = attrs.evolve(add_one_kernel(1024), **changes)
     worker = design.workers[0]
     body = [attrs.evolve(op, kernel=kernel) if isinstance(op, Call) else op for op in worker.body]
     return attrs.evolve(design, workers=(attrs.evolve(worker, body=body),)), kernel
+
+
+def test_kernel_flags_follow_the_include_dirs(npu1, tmp_path):
+    design, _ = _with_kernel(add_one(npu1), flags=("-DLANES=16",))
+    (command,) = peano_commands(design, tmp_path, peano="p")
+    assert command.index("-DLANES=16") == command.index("-c") - 1
+    assert not any(flag.startswith("-I") for flag in command)
 
 
 def test_aie_kernels_sources_resolve_in_the_install_per_arch(npu1, npu2, tmp_path):
     install = tmp_path / "mlir_aie"
     (install / "include" / "aie_kernels" / "aie2p").mkdir(parents=True)
     (install / "include" / "aie_kernels" / "aie2p" / "add.cc").write_text("// add")
-    design, kernel = _with_source(add_one(npu2), aie_kernels("{arch}/add.cc"))
+    design, kernel = _with_kernel(add_one(npu2), source=aie_kernels("{arch}/add.cc"))
     expected = install / "include" / "aie_kernels" / "aie2p" / "add.cc"
     assert kernel_source(design, kernel, install) == expected
     (command,) = peano_commands(design, tmp_path, peano="p", mlir_aie=install)
     assert str(expected) in command
-    on_npu1, kernel = _with_source(add_one(npu1), aie_kernels("{arch}/add.cc"))
+    on_npu1, kernel = _with_kernel(add_one(npu1), source=aie_kernels("{arch}/add.cc"))
     with pytest.raises(
         ToolchainError, match=r"kernel add_one_i32: no aie2/add\.cc in this mlir-aie"
     ):
@@ -116,12 +113,12 @@ def test_aie_kernels_sources_resolve_in_the_install_per_arch(npu1, npu2, tmp_pat
 
 
 def test_shipped_sources_that_do_not_exist_are_refused_by_name(npu1):
-    design, kernel = _with_source(add_one(npu1), shipped("iron.design", "kernels/nope.cc"))
+    design, kernel = _with_kernel(add_one(npu1), source=shipped("iron.design", "kernels/nope.cc"))
     with pytest.raises(
         DesignError, match=r"design add_one: kernel add_one_i32: package iron\.design ships no"
     ):
         kernel_source(design, kernel)
-    design, kernel = _with_source(add_one(npu1), shipped("iron.nowhere", "k.cc"))
+    design, kernel = _with_kernel(add_one(npu1), source=shipped("iron.nowhere", "k.cc"))
     with pytest.raises(DesignError, match=r"its source package iron\.nowhere is not installed"):
         kernel_source(design, kernel)
 

@@ -792,12 +792,6 @@ def test_split_offsets_that_are_not_end_to_end_are_refused(npu1):
 def test_one_symbol_with_two_signatures_is_refused(npu1):
     design = split_join(npu1, workers=2, n=2048)
     first = design.workers[0]
-    wide = attrs.evolve(
-        first,
-        body=[
-            attrs.evolve(op, kernel=add_one_kernel(512)) if isinstance(op, Call) else op
-            for op in first.body
-        ],
-    )
+    wide = attrs.evolve(first, body=_calls_to(add_one_kernel(512), first))
     with pytest.raises(DesignError, match="two kernels are named add_one_i32"):
         to_mlir(attrs.evolve(design, workers=(wide, *design.workers[1:])))
