@@ -66,13 +66,13 @@ def _one_worker(device, acquire: int, depth: int, core_depth: int | None = None)
 @pytest.mark.parametrize(
     "acquire, depth, core_depth, pool",
     [
-        (1, 4, None, 2),  # one depth for every end: resized to the largest acquire + 1
-        (2, 2, None, 3),
-        (1, 1, None, 1),  # acquire 1 of a depth-1 fifo keeps one object
-        (1, 2, 5, 5),  # the ends' depths differ: each end keeps its own
+        (1, 4, None, 4),  # the declared depth, which to_mlir writes per endpoint
+        (2, 2, None, 2),
+        (1, 1, None, 1),
+        (1, 2, 5, 5),  # an endpoint's own depth wins
     ],
 )
-def test_core_pools_are_sized_as_the_lowering_sizes_them(npu1, acquire, depth, core_depth, pool):
+def test_core_pools_hold_the_declared_depth(npu1, acquire, depth, core_depth, pool):
     used = usage(_one_worker(npu1, acquire, depth, core_depth))[Tile(0, 2)]
     (fifo,) = [item for item in used.memory if item.kind == "fifo"]
     assert (fifo.count, fifo.nbytes) == (pool, 32)

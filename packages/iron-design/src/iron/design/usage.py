@@ -13,11 +13,11 @@ The rules, from the lowering:
   the producer's depth, in the producer's memory unless only the producer
   can reach the consumer's. Every other fifo uses DMA and is split into
   one end per tile.
-- A core end of a DMA fifo keeps its own pool. Its depth is the declared
-  one when the endpoints' depths differ (IRON then emits one depth per
-  endpoint); when they agree (IRON emits a single depth), mlir-aie resizes
-  the pool to the core's largest acquire plus one (one object when both
-  are 1), as `findObjectFifoSize` does. A shim end has no pool.
+- A core end of a DMA fifo keeps its own pool of its declared depth:
+  `to_mlir` writes every fifo's depths per endpoint, which the lowering
+  keeps as given (from a single depth it would resize each core pool to
+  the core's largest acquire plus one, `findObjectFifoSize`). A shim end
+  has no pool.
 - Fifos linked at a memtile share one pool there: a split keeps the
   source's objects, a join the destination's, a forward the source's; its
   depth is the declared depth of that end. A memtile pool that does not
@@ -48,7 +48,6 @@ import attrs
 
 from iron.design.model import (
     TAP,
-    Acquire,
     Design,
     Drain,
     Endpoint,
@@ -57,7 +56,6 @@ from iron.design.model import (
     Link,
     ObjectFifo,
     Tile,
-    walk,
 )
 from iron.design.place import place
 
@@ -177,7 +175,7 @@ def usage(design: Design) -> dict[Tile, TileUsage]:
                 words = max((t.words for t in queued), default=0)
                 locks[tile].append(Locks(fifo.name, 2, 0))
             elif endpoint.kind == "core":
-                depth = pool_depth(design, fifo, endpoint)
+                depth = fifo.depth_at(endpoint)
                 memory[tile].append(MemoryItem("fifo", fifo.name, fifo.nbytes, depth))
                 locks[tile].append(Locks(fifo.name, 2, depth * repeat))
                 bds = _bds(depth, repeat)
@@ -296,18 +294,6 @@ def _reaches(core: Tile, memory: Tile) -> bool:
     memory and those of its west, north and south neighbours."""
     col, row = core.col, core.row
     return memory in (core, Tile(col - 1, row), Tile(col, row + 1), Tile(col, row - 1))
-
-
-def pool_depth(design: Design, fifo: ObjectFifo, endpoint: Endpoint) -> int:
-    """Objects in the pool of a core end of a DMA fifo (see the module notes)."""
-    declared = fifo.depth_at(endpoint)
-    if len({fifo.depth_at(e) for e in fifo.endpoints}) > 1:
-        return declared
-    body = walk(design.worker(endpoint.name).body)
-    most = max((op.n for op in body if isinstance(op, Acquire) and op.fifo == fifo.name), default=0)
-    if most == 0:
-        return declared
-    return 1 if most == 1 and declared == 1 else most + 1
 
 
 def link_pool(design: Design, link: Link) -> tuple[ObjectFifo, Endpoint]:
