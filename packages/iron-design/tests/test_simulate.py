@@ -14,6 +14,7 @@ from sim_designs import (
     scale_model,
 )
 
+from iron.core import Device
 from iron.core.spec import INOUT, OUT
 from iron.design import examples
 from iron.design.model import (
@@ -39,7 +40,7 @@ from iron.design.model import (
     shim,
     split,
 )
-from iron.design.simulate import Bytes, DeadlockError, simulate
+from iron.design.simulate import BytesMoved, DeadlockError, simulate
 
 rng = np.random.default_rng(13)
 
@@ -101,7 +102,7 @@ def test_split_across_cores_and_join_back(npu1, workers):
     core_tiles = [w.tile for w in result.design.workers]
     lane_bytes = 4096 // workers * 4
     assert [result.traffic.tiles[t] for t in core_tiles] == [
-        Bytes(lane_bytes, lane_bytes)
+        BytesMoved(lane_bytes, lane_bytes)
     ] * workers
 
 
@@ -184,14 +185,12 @@ def test_dims_from_stream_on_a_core_reorders_before_the_kernel(npu1):
 def test_any_axis_order_through_passthrough(shape, order, on_fill):
     """A TAP walking a 4-D tensor in any axis order, on the fill or the
     drain: numpy's transpose gives the element order."""
-    from iron.core import Device
-
     shape = (*shape, 4)  # objects of 4 elements tile every transfer
     n = int(np.prod(shape))
     strides = np.array([int(np.prod(shape[i + 1 :])) for i in range(4)])
     tap = TAP(0, [shape[i] for i in order], strides[list(order)])
     walk = np.arange(n).reshape(shape).transpose(order).reshape(-1)
-    design = examples.passthrough(Device.from_name("npu1"), n, 4)
+    design = examples.passthrough(Device.from_name("npu1"), n, 4)  # no fixtures under @given
     fill, drain = (
         (Fill("in", "x", tap), Drain("out", "y"))
         if on_fill
@@ -398,10 +397,10 @@ def test_neighbour_cores_share_a_pool_and_distant_ones_use_dma(npu1):
     np.testing.assert_array_equal(apart["y"], x + 2)
     nbytes = 4096 * 4
     # shared: first's tile receives `in` and sends nothing; second's sends `out`
-    assert shared.traffic.tiles[Tile(0, 2)] == Bytes(read=0, written=nbytes)
-    assert shared.traffic.tiles[Tile(0, 3)] == Bytes(read=nbytes, written=0)
-    assert apart.traffic.tiles[Tile(0, 2)] == Bytes(read=nbytes, written=nbytes)
-    assert apart.traffic.tiles[Tile(1, 3)] == Bytes(read=nbytes, written=nbytes)
+    assert shared.traffic.tiles[Tile(0, 2)] == BytesMoved(read=0, written=nbytes)
+    assert shared.traffic.tiles[Tile(0, 3)] == BytesMoved(read=nbytes, written=0)
+    assert apart.traffic.tiles[Tile(0, 2)] == BytesMoved(read=nbytes, written=nbytes)
+    assert apart.traffic.tiles[Tile(1, 3)] == BytesMoved(read=nbytes, written=nbytes)
 
 
 # ---- depths, acquires, iteration counts -------------------------------------------------------
@@ -501,8 +500,8 @@ def test_tensor_traffic_is_what_the_taps_move(npu1, name):
         ]
         read = sum(4 * tap.count for kind, tap in taps if kind is Fill)
         written = sum(4 * tap.count for kind, tap in taps if kind is Drain)
-        assert traffic.tensors[tensor.name] == Bytes(read, written)
-    assert traffic.ddr == Bytes(
+        assert traffic.tensors[tensor.name] == BytesMoved(read, written)
+    assert traffic.ddr == BytesMoved(
         sum(b.read for b in traffic.tensors.values()),
         sum(b.written for b in traffic.tensors.values()),
     )
@@ -512,12 +511,12 @@ def test_tile_traffic_counts_every_send_and_receipt(npu1):
     result = simulate(examples.repeat(npu1, 1024, 3), {"x": ints(1024)})
     once, thrice = 1024 * 4, 3 * 1024 * 4
     assert result.traffic.tiles == {
-        Tile(0, 0): Bytes(read=once, written=thrice),  # DDR: the fill reads, the drain writes
-        Tile(0, 1): Bytes(read=thrice, written=once),  # the memtile takes one, sends three
+        Tile(0, 0): BytesMoved(read=once, written=thrice),  # DDR: the fill reads, the drain writes
+        Tile(0, 1): BytesMoved(read=thrice, written=once),  # the memtile takes one, sends three
     }
     sj = simulate(examples.split_join(npu1, 4096, 256, 4), {"x": ints(4096)})
     both_ways = 2 * 4096 * 4  # the whole tensor in from the shim and in from the cores
-    assert sj.traffic.tiles[Tile(0, 1)] == Bytes(both_ways, both_ways)
+    assert sj.traffic.tiles[Tile(0, 1)] == BytesMoved(both_ways, both_ways)
 
 
 def test_inout_tensors_keep_what_no_drain_writes(npu1):

@@ -160,7 +160,7 @@ class Blocked:
 
 
 @attrs.frozen
-class Bytes:
+class BytesMoved:
     """Bytes read and written. For a tensor: read by fills, written by drains.
     For a tile: read out of its memory by its sending channels, written into
     it by its receiving channels (a shim tile's memory is DDR)."""
@@ -173,13 +173,13 @@ class Bytes:
 class Traffic:
     """Bytes moved per runtime tensor (by name) and per tile."""
 
-    tensors: dict[str, Bytes]
-    tiles: dict[Tile, Bytes]
+    tensors: dict[str, BytesMoved]
+    tiles: dict[Tile, BytesMoved]
 
     @property
-    def ddr(self) -> Bytes:
+    def ddr(self) -> BytesMoved:
         """All DDR traffic of the run."""
-        return Bytes(
+        return BytesMoved(
             sum(b.read for b in self.tensors.values()),
             sum(b.written for b in self.tensors.values()),
         )
@@ -715,8 +715,8 @@ class _Machine:
 
     def traffic(self) -> Traffic:
         return Traffic(
-            {name: Bytes(*counts) for name, counts in self.tensor_traffic.items()},
-            {tile: Bytes(*counts) for tile, counts in sorted(self.tile_traffic.items())},
+            {name: BytesMoved(*counts) for name, counts in self.tensor_traffic.items()},
+            {tile: BytesMoved(*counts) for tile, counts in sorted(self.tile_traffic.items())},
         )
 
     # ---- pools and their ports
