@@ -1,5 +1,7 @@
 """The simulator on programs whose answers numpy gives without it."""
 
+import re
+
 import attrs
 import ml_dtypes
 import numpy as np
@@ -106,21 +108,21 @@ def test_split_across_cores_and_join_back(npu1, workers):
     ] * workers
 
 
-def test_split_offsets_place_slices_in_the_buffer_not_in_the_stream(npu1):
-    """mlir-aie lowers a split's receiving side to one BD per destination, in
-    destination order, each landing the next piece of the stream at that
-    destination's offset; destination i reads from the same offset. So lane
-    i gets the i-th piece whatever the offsets: reversing them leaves the
-    answer alone (a simulator taking each lane's slice of the source object
-    at its offset would reverse the pieces)."""
+@pytest.mark.parametrize("reversed_link", [0, 1])
+def test_link_offsets_place_slices_in_the_buffer_not_in_the_stream(npu1, reversed_link):
+    """mlir-aie lowers a split's receiving side (a join's sending side) to
+    one BD per small fifo, in the order listed, each at that fifo's offset.
+    So lane i gets (gives) the i-th piece of the stream whatever the
+    offsets: reversing them leaves the answer alone, where taking each
+    lane's slice of the large object at its offset would reverse the pieces."""
     design = examples.split_join(npu1, 4096, 256, 4)
-    scatter = split("scatter", "in", [f"in{i}" for i in range(4)], [768, 512, 256, 0])
-    reversed_offsets = attrs.evolve(design, links=(scatter, design.links[1]))
+    link = design.links[reversed_link]
+    reversed_offsets = attrs.evolve(link, offsets=(768, 512, 256, 0))
+    links = tuple(reversed_offsets if k is link else k for k in design.links)
     x = ints(4096)
-    pieces_reversed = x.reshape(-1, 4, 256)[:, ::-1, :].reshape(-1) + 1
-    y = simulate(reversed_offsets, {"x": x})["y"]
+    y = simulate(attrs.evolve(design, links=links), {"x": x})["y"]
     np.testing.assert_array_equal(y, x + 1)
-    assert not np.array_equal(y, pieces_reversed)
+    assert not np.array_equal(y, x.reshape(-1, 4, 256)[:, ::-1, :].reshape(-1) + 1)
 
 
 def test_a_corrupted_stride_moves_elements(npu1):
@@ -507,6 +509,20 @@ def test_tensor_traffic_is_what_the_taps_move(npu1, name):
     )
 
 
+def test_the_shim_iteration_dimension_replays_the_tensor(npu1):
+    design = examples.passthrough(npu1, 3072, 1024)
+    three_times = Fill("in", "x", TAP(0, (3, 1024), (0, 1)))
+    design = attrs.evolve(
+        design,
+        tensors=(Tensor("x", 1024, "i32"), design.tensors[1]),
+        sequence=(three_times, design.sequence[1]),
+    )
+    x = ints(1024)
+    result = simulate(design, {"x": x})
+    np.testing.assert_array_equal(result["y"], np.tile(x, 3))
+    assert result.traffic.tensors["x"] == BytesMoved(read=3 * 4096, written=0)
+
+
 def test_tile_traffic_counts_every_send_and_receipt(npu1):
     result = simulate(examples.repeat(npu1, 1024, 3), {"x": ints(1024)})
     once, thrice = 1024 * 4, 3 * 1024 * 4
@@ -517,6 +533,35 @@ def test_tile_traffic_counts_every_send_and_receipt(npu1):
     sj = simulate(examples.split_join(npu1, 4096, 256, 4), {"x": ints(4096)})
     both_ways = 2 * 4096 * 4  # the whole tensor in from the shim and in from the cores
     assert sj.traffic.tiles[Tile(0, 1)] == BytesMoved(both_ways, both_ways)
+
+
+def test_task_groups_finish_in_sequence_order(npu1):
+    """Two groups, one half of the tensor each; a finish that waits for a
+    drain whose fill comes after it can never return."""
+    halves = [TAP.linear(2048), TAP.linear(2048, offset=2048)]
+    design = examples.add_one(npu1)
+    in_order = [
+        statement
+        for group, tap in zip("ab", halves)
+        for statement in (
+            Fill("in", "x", tap, group=group),
+            Drain("out", "y", tap, group=group),
+            Finish(group),
+        )
+    ]
+    x = ints(4096)
+    np.testing.assert_array_equal(
+        simulate(attrs.evolve(design, sequence=in_order), {"x": x})["y"], x + 1
+    )
+    too_early = (Drain("out", "y", group="a"), Finish("a"), Fill("in", "x", group="a"))
+    with pytest.raises(
+        DeadlockError,
+        match=re.escape(
+            "runtime sequence: waits at sequence[1] (finish of group a) for sequence[0] drain of "
+            "fifo out into y (0 of 4096 elements moved)"
+        ),
+    ):
+        simulate(attrs.evolve(design, sequence=too_early), {"x": x})
 
 
 def test_inout_tensors_keep_what_no_drain_writes(npu1):
