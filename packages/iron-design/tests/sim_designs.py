@@ -3,6 +3,7 @@ they call (module-level, so that designs holding them digest and pickle)."""
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 
 from iron.core.spec import IN, OUT
@@ -91,3 +92,9 @@ def running_sum_worker(tile: int) -> Worker:
         ),
         buffers=(LocalBuffer("total", tile, "i32"),),
     )
+
+
+def with_fifo(design, name, **changes):
+    """`design` with fifo `name` changed."""
+    fifos = tuple(attrs.evolve(f, **changes) if f.name == name else f for f in design.fifos)
+    return attrs.evolve(design, fifos=fifos)

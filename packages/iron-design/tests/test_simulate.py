@@ -14,6 +14,7 @@ from sim_designs import (
     one_worker,
     running_sum_worker,
     scale_model,
+    with_fifo,
 )
 
 from iron.core import Device
@@ -49,12 +50,6 @@ rng = np.random.default_rng(13)
 
 def ints(*shape) -> np.ndarray:
     return rng.integers(-(2**20), 2**20, size=shape, dtype=np.int32)
-
-
-def with_fifo(design, name, **changes):
-    """`design` with fifo `name` changed."""
-    fifos = tuple(attrs.evolve(f, **changes) if f.name == name else f for f in design.fifos)
-    return attrs.evolve(design, fifos=fifos)
 
 
 # ---- the known-answer programs ------------------------------------------------------------

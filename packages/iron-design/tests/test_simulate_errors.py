@@ -5,7 +5,14 @@ import re
 import attrs
 import numpy as np
 import pytest
-from sim_designs import add_one_body, failing_model, kernel, one_worker, running_sum_model
+from sim_designs import (
+    add_one_body,
+    failing_model,
+    kernel,
+    one_worker,
+    running_sum_model,
+    with_fifo,
+)
 
 from iron.core.spec import INOUT, OUT
 from iron.design import examples
@@ -98,7 +105,7 @@ def test_a_forever_worker_idle_at_the_top_is_not_an_error(npu1):
     fifos = tuple(
         attrs.evolve(f, consumers=(core("spare"),)) if f.name == "extra" else f
         for f in design.fifos
-    )
+    )  # fifo and worker change together: the design checks names as it is built
     design = attrs.evolve(design, fifos=fifos, workers=(*design.workers, spare))
     np.testing.assert_array_equal(simulate(design, {"x": X})["y"], X + 1)
 
@@ -190,8 +197,7 @@ def test_a_drain_writing_outside_its_tensor(npu1):
 
 
 def test_dimensions_reading_outside_the_object(npu1):
-    design = examples.passthrough(npu1)
-    fifos = (design.fifos[0], attrs.evolve(design.fifos[1], dims_to_stream=((1024, 2),)))
+    design = with_fifo(examples.passthrough(npu1), "out", dims_to_stream=((1024, 2),))
     with pytest.raises(
         OutOfBoundsError,
         match=re.escape(
@@ -199,7 +205,7 @@ def test_dimensions_reading_outside_the_object(npu1):
             "reaches element 1024 at step 512 of 1024; the object has elements 0..1023"
         ),
     ):
-        simulate(attrs.evolve(design, fifos=fifos), {"x": X})
+        simulate(design, {"x": X})
 
 
 # ---- coverage ------------------------------------------------------------------------------------
@@ -275,19 +281,13 @@ def test_dimensions_that_do_not_cover_the_object(npu1):
             "but each BD moves 1024"
         ),
     ):
-        simulate(
-            attrs.evolve(
-                design, fifos=(attrs.evolve(design.fifos[0], consumers=consumers), design.fifos[1])
-            ),
-            {"x": X},
-        )
+        simulate(with_fifo(design, "in", consumers=consumers), {"x": X})
 
 
 def test_dimensions_at_a_runtime_end(npu1):
-    design = examples.passthrough(npu1)
-    fifos = (attrs.evolve(design.fifos[0], dims_to_stream=((1024, 1),)), design.fifos[1])
+    design = with_fifo(examples.passthrough(npu1), "in", dims_to_stream=((1024, 1),))
     with pytest.raises(TransferError, match="fifo in has dimensions at its runtime end"):
-        simulate(attrs.evolve(design, fifos=fifos), {"x": X})
+        simulate(design, {"x": X})
 
 
 # ---- kernels and bodies ----------------------------------------------------------------------------
