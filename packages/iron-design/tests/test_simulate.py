@@ -400,6 +400,24 @@ def test_neighbour_cores_share_a_pool_and_distant_ones_use_dma(npu1):
     assert apart.traffic.tiles[Tile(1, 3)] == BytesMoved(read=nbytes, written=nbytes)
 
 
+@pytest.mark.parametrize(
+    "first, second, where",
+    [
+        (Tile(0, 2), Tile(0, 3), "core first (0, 2)"),  # vertical: the producer's memory
+        (Tile(0, 2), Tile(1, 2), "core first (0, 2)"),  # the consumer sees its west neighbour's
+        (Tile(1, 2), Tile(0, 2), "core second (0, 2)"),  # only the producer sees its west one's
+    ],
+)
+def test_a_shared_pool_sits_where_both_cores_see_it(npu1, first, second, where):
+    design = _pipeline(npu1, second)
+    starving = Worker("second", (Acquire("mid", 3), Release("mid", 3)), tile=second)
+    design = attrs.evolve(design, workers=(attrs.evolve(design.workers[0], tile=first), starving))
+    with pytest.raises(
+        DeadlockError, match=re.escape(f"the consumer lock of fifo mid at {where} for 3")
+    ):
+        simulate(design, {"x": ints(4096)})
+
+
 # ---- depths, acquires, iteration counts -------------------------------------------------------
 
 

@@ -245,9 +245,10 @@ def _arrays(design: Design, given: Mapping[str, np.ndarray]) -> dict[str, np.nda
 
 def _params(design: Design, given) -> dict[str, int]:
     given = dict(given or {})
-    for name in sorted(set(given) - set(design.params)):
+    unknown = sorted(set(given) - set(design.params))
+    if unknown:
         raise ValueError(
-            f"design {design.name} has no parameter {name!r} "
+            f"design {design.name} has no parameter {unknown[0]!r} "
             f"(params: {', '.join(design.params) or 'none'})"
         )
     for name in design.params:
@@ -268,8 +269,6 @@ def _params(design: Design, given) -> dict[str, int]:
 
 class Lock:
     """A counting semaphore guarding one side of a pool part."""
-
-    __slots__ = ("fifo", "kind", "value", "where")
 
     def __init__(self, fifo: str, kind: str, where: str, value: int):
         self.fifo, self.kind, self.where, self.value = fifo, kind, where, value
@@ -744,12 +743,12 @@ class _Machine:
         parts = [(name, o, fifo(name).size) for name, o in zip(small, offsets)]
         return self._pool(where, link.tile, depth, big, parts)
 
-    def _shared(self, fifo: ObjectFifo) -> Tile | None:
-        """The tile whose memory holds a fifo that needs no DMA, if it is one:
-        one consumer, no dimensions or repeat, between cardinal neighbour
-        cores (a core sees its own memory and its west, north and south
-        neighbours'; the pool sits with the producer unless only the
-        producer sees the consumer's memory, its west neighbour's)."""
+    def _shared(self, fifo: ObjectFifo):
+        """For a fifo that needs no DMA, the end whose core's memory holds its
+        one pool: one consumer, no dimensions or repeat, between cardinal
+        neighbour cores. A core sees its own memory and its west, north and
+        south neighbours', so the pool sits with the producer unless only
+        the producer sees the other's: a consumer to its west."""
         if len(fifo.consumers) != 1 or fifo.dims_to_stream or fifo.repeat_count:
             return None
         producer, consumer = fifo.producer, fifo.consumers[0]
@@ -758,15 +757,14 @@ class _Machine:
         a, b = self.design.worker(producer.name).tile, self.design.worker(consumer.name).tile
         if abs(a.col - b.col) + abs(a.row - b.row) != 1:
             return None
-        return b if b.col == a.col - 1 else a
+        return consumer if b.col == a.col - 1 else producer
 
     def _connect(self, fifo: ObjectFifo) -> Stream | None:
         """Pools for the fifo's core ends, and the stream with its channels."""
-        shared = self._shared(fifo)
-        if shared is not None:
-            pool = self._pool(
-                f"core {fifo.producer.name} {shared}", shared, fifo.depth_at(fifo.producer), fifo
-            )
+        owner = self._shared(fifo)
+        if owner is not None:
+            tile = self.design.worker(owner.name).tile
+            pool = self._pool(f"core {owner.name} {tile}", tile, fifo.depth_at(fifo.producer), fifo)
             self.worker_ports[fifo.producer.name][fifo.name] = Port(pool.parts[0], True)
             self.worker_ports[fifo.consumers[0].name][fifo.name] = Port(pool.parts[0], False)
             return None
