@@ -1,6 +1,11 @@
+import sys
+from pathlib import Path
+
 import pytest
 
 from iron.core import Device
+
+sys.path.insert(0, str(Path(__file__).parent))  # sim_designs, the simulator tests' designs
 
 
 @pytest.fixture

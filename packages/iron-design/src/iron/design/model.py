@@ -405,7 +405,12 @@ class Link:
     `destinations` fifos. One to one is a forward; one to many a split (each
     destination takes its slice of the source object from its offset); many
     to one a join (each source lands at its offset of the destination
-    object). Offsets count elements of the larger object."""
+    object). Offsets count elements of the larger object.
+
+    As mlir-aie lowers it, the memtile fills (split) or empties (join) the
+    larger object one slice per small fifo, in the order listed, so the i-th
+    piece of the stream is the i-th small fifo's slice whatever the offsets;
+    offsets place the slices in the memtile's buffer."""
 
     name: str
     sources: tuple[str, ...] = attrs.field(converter=tuple)
