@@ -249,9 +249,10 @@ def test_a_worker_waits_for_its_barrier(npu1):
     x = ints(4096)
     ready = attrs.evolve(design, sequence=(SetBarrier("go", 2), fill, drain))
     np.testing.assert_array_equal(simulate(ready, {"x": x})["y"], x + 1)
-    for late in [(fill, drain, Finish(), SetBarrier("go", 2)), (SetBarrier("go", 1), fill, drain)]:
-        with pytest.raises(DeadlockError, match="waits for barrier go to reach 2") as error:
-            simulate(attrs.evolve(design, sequence=late), {"x": x})
+    late = (fill, drain, Finish(), SetBarrier("go", 2))
+    for wrong in [late, (SetBarrier("go", 1), fill, drain), (SetBarrier("go", 3), fill, drain)]:
+        with pytest.raises(DeadlockError, match="waits for barrier go to be 2") as error:
+            simulate(attrs.evolve(design, sequence=wrong), {"x": x})
         assert "runtime sequence: waits at " in str(error.value)
 
 

@@ -518,7 +518,8 @@ class Call:
 
 @attrs.frozen
 class WaitBarrier:
-    """Block until the runtime has set `barrier` to at least `value`."""
+    """Block until the runtime has set `barrier` to `value` (mlir-aie's
+    `wait_for_value`: an acquire-equal on the barrier's lock)."""
 
     barrier: str
     value: int = 1

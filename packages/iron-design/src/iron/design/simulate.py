@@ -99,6 +99,7 @@ from iron.design.model import (
     walk,
 )
 from iron.design.place import place
+from iron.design.usage import shared_memory_tile
 
 # ---- errors ------------------------------------------------------------------------------
 
@@ -505,10 +506,10 @@ class WorkerRun:
         return moved
 
     def _ready(self, what: Lock | str, value: int) -> bool:
-        """A lock holds `value`, or barrier `what` has reached it."""
+        """A lock holds at least `value`, or barrier `what` holds exactly it."""
         if isinstance(what, Lock):
             return what.value >= value
-        return self.machine.barriers[what] >= value
+        return self.machine.barriers[what] == value
 
     @property
     def idle(self) -> bool:
@@ -622,7 +623,7 @@ class WorkerRun:
             )
         return Blocked(
             actor,
-            f"waits for barrier {what} to reach {value} (it is {self.machine.barriers[what]}); "
+            f"waits for barrier {what} to be {value} (it is {self.machine.barriers[what]}); "
             f"holds {holds}",
             idle=self.idle,
         )
@@ -743,28 +744,12 @@ class _Machine:
         parts = [(name, o, fifo(name).size) for name, o in zip(small, offsets)]
         return self._pool(where, link.tile, depth, big, parts)
 
-    def _shared(self, fifo: ObjectFifo):
-        """For a fifo that needs no DMA, the end whose core's memory holds its
-        one pool: one consumer, no dimensions or repeat, between cardinal
-        neighbour cores. A core sees its own memory and its west, north and
-        south neighbours', so the pool sits with the producer unless only
-        the producer sees the other's: a consumer to its west."""
-        if len(fifo.consumers) != 1 or fifo.dims_to_stream or fifo.repeat_count:
-            return None
-        producer, consumer = fifo.producer, fifo.consumers[0]
-        if producer.kind != "core" or consumer.kind != "core" or consumer.dims_from_stream:
-            return None
-        a, b = self.design.worker(producer.name).tile, self.design.worker(consumer.name).tile
-        if abs(a.col - b.col) + abs(a.row - b.row) != 1:
-            return None
-        return consumer if b.col == a.col - 1 else producer
-
     def _connect(self, fifo: ObjectFifo) -> Stream | None:
         """Pools for the fifo's core ends, and the stream with its channels."""
-        owner = self._shared(fifo)
-        if owner is not None:
-            tile = self.design.worker(owner.name).tile
-            pool = self._pool(f"core {owner.name} {tile}", tile, fifo.depth_at(fifo.producer), fifo)
+        tile = shared_memory_tile(self.design, fifo)
+        if tile is not None:
+            owner = next(w.name for w in self.design.workers if w.tile == tile)
+            pool = self._pool(f"core {owner} {tile}", tile, fifo.depth_at(fifo.producer), fifo)
             self.worker_ports[fifo.producer.name][fifo.name] = Port(pool.parts[0], True)
             self.worker_ports[fifo.consumers[0].name][fifo.name] = Port(pool.parts[0], False)
             return None
