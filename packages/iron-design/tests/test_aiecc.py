@@ -1,4 +1,4 @@
-"""The aiecc and Peano command lines, toolchain discovery, and `compile`:
+"""The aiecc and Peano command lines, toolchain discovery, and `build`:
 orchestration is run against stand-in tools that check what they are given;
 the real toolchain compiles add_one where it is installed."""
 
@@ -18,7 +18,7 @@ from iron.design.aiecc import (
     Toolchain,
     ToolchainError,
     aiecc_command,
-    compile,
+    build,
     find_toolchain,
     kernel_source,
     peano_commands,
@@ -168,7 +168,7 @@ def test_the_compile_modules_import_no_toolchain():
     assert out.stdout.strip() == "[]"
 
 
-# ---- compile, with stand-in tools ----------------------------------------------------------
+# ---- build, with stand-in tools ----------------------------------------------------------
 
 CLANG = """
 import os, sys
@@ -208,7 +208,7 @@ def stand_ins(tmp_path) -> Toolchain:
 
 def test_compile_builds_the_objects_then_the_elf(stand_ins, npu2, tmp_path):
     design = add_one(npu2)
-    elf = compile(design, tmp_path / "out", toolchain=stand_ins)
+    elf = build(design, tmp_path / "out", toolchain=stand_ins)
     assert elf == tmp_path / "out" / "design.elf" and elf.read_bytes() == b"\x7fELF"
     assert sorted(os.listdir(tmp_path / "out")) == ["design.elf", "design.mlir"]
     assert (tmp_path / "out" / "design.mlir").read_text() == to_mlir(design)
@@ -217,7 +217,7 @@ def test_compile_builds_the_objects_then_the_elf(stand_ins, npu2, tmp_path):
 
 def test_compile_keeps_the_side_files_a_design_needs(stand_ins, npu2, tmp_path):
     design = attrs.evolve(add_one(npu2), params=("lines",))
-    compile(design, tmp_path / "out", toolchain=stand_ins, traced=True, elf_name="k.elf")
+    build(design, tmp_path / "out", toolchain=stand_ins, traced=True, elf_name="k.elf")
     assert sorted(os.listdir(tmp_path / "out")) == [
         "design.mlir", "input_with_addresses.mlir", "k.elf", "params.txt",
     ]  # fmt: skip
@@ -236,14 +236,14 @@ def test_a_failing_tool_leaves_nothing_behind(
 ):
     monkeypatch.setenv(variable, "1")
     with pytest.raises(ToolchainError, match=message):
-        compile(add_one(npu1), tmp_path / "out", toolchain=stand_ins)
+        build(add_one(npu1), tmp_path / "out", toolchain=stand_ins)
     assert os.listdir(tmp_path / "out") == []
 
 
 def test_a_design_that_cannot_be_emitted_creates_no_directory(stand_ins, npu1, tmp_path):
     bad = attrs.evolve(add_one(npu1), device=attrs.evolve(npu1, name="npu9"))
     with pytest.raises(DesignError, match=r"no aie\.device for npu9"):
-        compile(bad, tmp_path / "out", toolchain=stand_ins)
+        build(bad, tmp_path / "out", toolchain=stand_ins)
     assert not (tmp_path / "out").exists()
 
 
@@ -257,5 +257,5 @@ def test_add_one_compiles_to_a_full_elf(device_name, tmp_path):
         tools = find_toolchain()
     except ToolchainError as missing:
         pytest.skip(str(missing))
-    elf = compile(add_one(Device.from_name(device_name)), tmp_path, toolchain=tools)
+    elf = build(add_one(Device.from_name(device_name)), tmp_path, toolchain=tools)
     assert elf.read_bytes()[:4] == b"\x7fELF"

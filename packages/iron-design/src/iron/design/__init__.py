@@ -1,6 +1,17 @@
 """iron-design: NPU designs as data, the device's limits, a checker, a
 functional simulator, and MLIR for aiecc. Needs neither mlir-aie nor an NPU."""
 
+from iron.design.aiecc import (
+    ELF_KERNEL,
+    Toolchain,
+    ToolchainError,
+    aiecc_command,
+    build,
+    find_toolchain,
+    peano_commands,
+)
+from iron.design.check import Report, Violation, check, validate
+from iron.design.mlir import to_mlir
 from iron.design.model import (
     TAP,
     Acquire,
@@ -37,13 +48,30 @@ from iron.design.model import (
     shipped,
     split,
 )
+from iron.design.operators import design_of, has_design
 from iron.design.place import place
+from iron.design.simulate import (
+    CoverageError,
+    DeadlockError,
+    KernelError,
+    OutOfBoundsError,
+    Simulation,
+    SimulationError,
+    Traffic,
+    TransferError,
+    WorkerError,
+    simulate,
+)
+from iron.design.usage import TileUsage, usage
 
 __all__ = [
+    "ELF_KERNEL",
     "TAP",
     "Acquire",
     "Buf",
     "Call",
+    "CoverageError",
+    "DeadlockError",
     "Design",
     "DesignError",
     "Drain",
@@ -51,6 +79,7 @@ __all__ = [
     "Fill",
     "Finish",
     "Kernel",
+    "KernelError",
     "KernelSource",
     "Link",
     "LocalBuffer",
@@ -58,21 +87,43 @@ __all__ = [
     "Memref",
     "Obj",
     "ObjectFifo",
+    "OutOfBoundsError",
     "Param",
     "Release",
+    "Report",
     "Scalar",
     "SetBarrier",
+    "Simulation",
+    "SimulationError",
     "Tensor",
     "Tile",
+    "TileUsage",
+    "Toolchain",
+    "ToolchainError",
+    "Traffic",
+    "TransferError",
+    "Violation",
     "WaitBarrier",
     "Worker",
+    "WorkerError",
     "aie_kernels",
+    "aiecc_command",
+    "build",
+    "check",
     "core",
+    "design_of",
+    "find_toolchain",
     "forward",
+    "has_design",
     "join",
     "memtile",
+    "peano_commands",
     "place",
     "shim",
     "shipped",
+    "simulate",
     "split",
+    "to_mlir",
+    "usage",
+    "validate",
 ]

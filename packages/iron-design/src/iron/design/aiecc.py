@@ -1,6 +1,6 @@
 """Compiling a design where mlir-aie and Peano are installed: the command
 lines (`aiecc_command`, `peano_commands`), finding the tools
-(`find_toolchain`), and `compile`, which runs them into a full ELF.
+(`find_toolchain`), and `build`, which runs them into a full ELF.
 
 Nothing here imports mlir-aie: its install is found on disk and its tools
 run as programs, so this module imports (and its command lines can be
@@ -194,7 +194,7 @@ def kernel_source(design: Design, kernel: Kernel, mlir_aie=None) -> Path:
 # ---- compiling ------------------------------------------------------------------------
 
 
-def compile(
+def build(
     design: Design,
     workdir,
     *,
@@ -203,7 +203,7 @@ def compile(
     traced: bool = False,
     extra: Sequence[str] = (),
 ) -> Path:
-    """Compile `design` into `workdir`/`elf_name` (a full ELF whose kernel is
+    """Build `design` into `workdir`/`elf_name` (a full ELF whose kernel is
     `ELF_KERNEL`) and return its path. Beside it: the MLIR (``design.mlir``),
     and ``params.txt`` / ``input_with_addresses.mlir`` when the design has
     parameters / `traced`. The tools work in a scratch directory; only a
