@@ -27,7 +27,7 @@ n)` hands back the n oldest. A `Call` runs the kernel's numpy model on
 writable views of the held objects (shaped as the fifo's object), the
 worker's `LocalBuffer` arrays (kept across iterations), and ints for
 scalars and parameters. `WaitBarrier` waits until the runtime has set the
-barrier to at least its value. A `forever` worker repeats its body; one
+barrier to its value (an acquire-equal, as mlir-aie lowers it). A `forever` worker repeats its body; one
 whose iteration took no lock can only repeat it, so it parks.
 
 DMA channels walk their pool's slots in ring order, one buffer descriptor
