@@ -1,0 +1,257 @@
+"""Compiling a design where mlir-aie and Peano are installed: the command
+lines (`aiecc_command`, `peano_commands`), finding the tools
+(`find_toolchain`), and `build`, which runs them into a full ELF.
+
+Nothing here imports mlir-aie: its install is found on disk and its tools
+run as programs, so this module imports (and its command lines can be
+tested) anywhere. The tools are looked for as mlir-aie's own
+``aie.utils.config`` looks for them: aiecc in the install's ``bin`` then on
+PATH; Peano in ``PEANO_INSTALL_DIR``, then the ``llvm-aie`` wheel, then
+beside the install; the install in ``MLIR_AIE_INSTALL_DIR`` or where the
+``mlir_aie`` wheel put the ``aie`` package.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from iron.design.mlir import DEVICE_SYMBOL, SEQUENCE_SYMBOL, kernel_objects, to_mlir
+from iron.design.model import Design, DesignError, Kernel
+
+#: the full ELF's kernel, as pyxrt.ext.kernel names it
+ELF_KERNEL = f"{DEVICE_SYMBOL}:{SEQUENCE_SYMBOL}"
+#: what mlir-aie compiles kernels with; the define keeps stock aie_api from
+#: including adf.h, which Peano does not ship
+PEANO_FLAGS = ("-std=c++20", "-O2", "-DNDEBUG", "-D__AIE_API_AIE_ADF_HPP__")
+HOW_TO_INSTALL = (
+    "Install the mlir_aie and llvm-aie wheels from the Xilinx/mlir-aie releases (they are "
+    "not on PyPI), or set MLIR_AIE_INSTALL_DIR and PEANO_INSTALL_DIR"
+)
+
+
+class ToolchainError(RuntimeError):
+    """A tool is missing, or a tool failed (the message holds its output)."""
+
+
+@attrs.frozen
+class Toolchain:
+    """Where the tools are: the `aiecc` program, the Peano install (its
+    ``bin/clang++``) and the mlir-aie install, whose ``include`` holds
+    ``aie_api`` and ``aie_kernels`` (None if only shipped kernels are built)."""
+
+    aiecc: Path
+    peano: Path
+    mlir_aie: Path | None = None
+
+
+def find_toolchain(*, mlir_aie=None, peano=None, aiecc=None) -> Toolchain:
+    """The tools of this host (arguments win over discovery); raises
+    `ToolchainError` naming each missing tool and where it was looked for."""
+    roots = _mlir_aie_places(mlir_aie)
+    root = next((p for p in roots if p.is_dir()), None)
+    aieccs = _aiecc_places(aiecc, root)
+    found_aiecc = next((p for p in aieccs if p.is_file()), None)
+    peanos = _peano_places(peano, root)
+    found_peano = next((p for p in peanos if (p / "bin" / "clang++").is_file()), None)
+    missing = []
+    if found_aiecc is None:
+        missing.append(f"aiecc (not on PATH{''.join(f', not {p}' for p in aieccs)})")
+    if found_peano is None:
+        missing.append(f"Peano (no bin/clang++ in {', '.join(map(str, peanos))})")
+    if missing:
+        if root is None:
+            tried = ", ".join(map(str, roots)) or "MLIR_AIE_INSTALL_DIR unset, no aie package"
+            missing.append(f"the mlir-aie install ({tried})")
+        raise ToolchainError(
+            f"cannot compile designs here; missing {'; '.join(missing)}. {HOW_TO_INSTALL}"
+        )
+    return Toolchain(found_aiecc, found_peano, root)
+
+
+def _mlir_aie_places(given) -> list[Path]:
+    if given:
+        return [Path(given)]
+    places = [Path(p) for p in [os.environ.get("MLIR_AIE_INSTALL_DIR")] if p]
+    spec = importlib.util.find_spec("aie")  # finds the package without running it
+    if spec is not None and spec.origin:
+        places.append(Path(spec.origin).parents[2])  # <install>/python/aie/__init__.py
+    return places
+
+
+def _aiecc_places(given, mlir_aie: Path | None) -> list[Path]:
+    if given:
+        return [Path(shutil.which(given) or given)]
+    places = [mlir_aie / "bin" / "aiecc"] if mlir_aie else []
+    return places + [Path(p) for p in [shutil.which("aiecc")] if p]
+
+
+def _peano_places(given, mlir_aie: Path | None) -> list[Path]:
+    if given:
+        return [Path(given)]
+    places = [Path(p) for p in [os.environ.get("PEANO_INSTALL_DIR")] if p]
+    places.append(Path(sysconfig.get_path("platlib")) / "llvm-aie")
+    return places + ([mlir_aie / "peano"] if mlir_aie else [])
+
+
+# ---- command lines ---------------------------------------------------------------------
+
+
+def aiecc_command(
+    mlir_path,
+    *,
+    workdir,
+    elf_name: str = "design.elf",
+    aiecc="aiecc",
+    peano=None,
+    scratchpad: bool = False,
+    traced: bool = False,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The aiecc command that compiles `mlir_path` to a full ELF
+    `workdir`/`elf_name`, its intermediates in `workdir` too. `scratchpad`
+    also writes ``params.txt`` (a design with parameters needs it to set
+    them); `traced` writes ``input_with_addresses.mlir``, which trace
+    parsing reads; `extra` flags go last."""
+    command = [
+        str(aiecc),
+        str(mlir_path),
+        "--get-full-elf",
+        f"--full-elf-name={elf_name}",
+        "--dynamic-objFifos",
+    ]
+    if peano is not None:
+        command.append(f"--peano={peano}")
+    command += [f"--tmpdir={workdir}", f"--output-dir={workdir}"]
+    if scratchpad:
+        command.append("--get-scratchpad-parameters")
+    if traced:
+        command.append("--get-input-with-addresses")
+    return [*command, *extra]
+
+
+def peano_commands(design: Design, workdir, *, peano, mlir_aie=None) -> list[list[str]]:
+    """One Peano compile per kernel object of `design` (see `kernel_objects`),
+    each writing ``workdir/<object>``, for the design's architecture."""
+    target = f"--target={design.device.arch}-none-unknown-elf"
+    includes = [f"-I{Path(mlir_aie) / 'include'}"] if mlir_aie else []
+    built: dict[str, Kernel] = {}
+    for kernel, name in kernel_objects(design).items():
+        built.setdefault(name, kernel)
+    return [
+        [
+            str(Path(peano) / "bin" / "clang++"),
+            *PEANO_FLAGS,
+            target,
+            *includes,
+            *kernel.flags,
+            "-c",
+            str(kernel_source(design, kernel, mlir_aie)),
+            "-o",
+            str(Path(workdir) / name),
+        ]
+        for name, kernel in built.items()
+    ]
+
+
+def kernel_source(design: Design, kernel: Kernel, mlir_aie=None) -> Path:
+    """The C++ file of `kernel` for the design's architecture: shipped in a
+    Python package, or under the mlir-aie install's ``include/aie_kernels``."""
+    source = kernel.source
+    file = source.path_for(design.device.arch)
+    where = f"design {design.name}: kernel {kernel.symbol}"
+    if source.package is None:
+        if mlir_aie is None:
+            raise ToolchainError(
+                f"{where}: its source {file} is in mlir-aie's aie_kernels, and no mlir-aie "
+                f"install was found. {HOW_TO_INSTALL}"
+            )
+        path = Path(mlir_aie) / "include" / "aie_kernels" / file
+        if not path.is_file():
+            raise ToolchainError(f"{where}: no {file} in this mlir-aie install ({path})")
+        return path
+    try:
+        path = Path(str(importlib.resources.files(source.package) / file))
+    except ModuleNotFoundError:
+        raise DesignError(
+            f"{where}: its source package {source.package} is not installed"
+        ) from None
+    if not path.is_file():
+        raise DesignError(f"{where}: package {source.package} ships no {file}")
+    return path
+
+
+# ---- compiling ------------------------------------------------------------------------
+
+
+def build(
+    design: Design,
+    workdir,
+    *,
+    toolchain: Toolchain | None = None,
+    elf_name: str = "design.elf",
+    traced: bool = False,
+    extra: Sequence[str] = (),
+) -> Path:
+    """Build `design` into `workdir`/`elf_name` (a full ELF whose kernel is
+    `ELF_KERNEL`) and return its path. Beside it: the MLIR (``design.mlir``),
+    and ``params.txt`` / ``input_with_addresses.mlir`` when the design has
+    parameters / `traced`. The tools work in a scratch directory; only a
+    complete result is moved into `workdir`, the ELF last, so a failure
+    (`ToolchainError`, with the failing tool's output) leaves nothing there."""
+    tools = toolchain or find_toolchain()
+    text = to_mlir(design)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".compiling-", dir=workdir))
+    try:
+        mlir = stage / "design.mlir"
+        mlir.write_text(text)
+        for command in peano_commands(design, stage, peano=tools.peano, mlir_aie=tools.mlir_aie):
+            _run(design, "Peano", command, stage)
+        command = aiecc_command(
+            mlir,
+            workdir=stage,
+            elf_name=elf_name,
+            aiecc=tools.aiecc,
+            peano=tools.peano,
+            scratchpad=bool(design.params),
+            traced=traced,
+            extra=extra,
+        )
+        _run(design, "aiecc", command, stage)
+        outputs = ["design.mlir"]
+        outputs += ["params.txt"] if design.params else []
+        outputs += ["input_with_addresses.mlir"] if traced else []
+        outputs.append(elf_name)
+        absent = [name for name in outputs if not (stage / name).is_file()]
+        if absent:
+            raise ToolchainError(
+                f"design {design.name}: aiecc succeeded but wrote no {', '.join(absent)}: "
+                f"{shlex.join(command)}"
+            )
+        for name in outputs:
+            os.replace(stage / name, workdir / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return workdir / elf_name
+
+
+def _run(design: Design, tool: str, command: list[str], cwd: Path) -> None:
+    # relative link_with objects resolve against aiecc's working directory first
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ToolchainError(
+            f"design {design.name}: {tool} failed (exit {result.returncode}): "
+            f"{shlex.join(command)}\n{result.stderr or result.stdout}"
+        )

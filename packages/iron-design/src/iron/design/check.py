@@ -1,0 +1,598 @@
+"""`check(design)`: every device limit a design must keep, each broken one
+named. Every limit is read from the design's `Device`; which tile takes
+what is `iron.design.usage`'s business.
+
+Each `Violation` prints as one line,
+
+    <design>: tile (<col>, <row>): <subject>: <rule> <found> <relation> <limit>: <detail>
+
+(the tile and subject left out where there is none), e.g.
+``add_one: tile (0, 2): core memory 70656 B > 65536 B: stack 1024 B + fifo in
+2 x 4096 B + ...``. The rules:
+
+- placement: workers on core tiles, links on memtiles, shim endpoints on
+  shims, all within the device's columns; one worker per tile. Where
+  placement is broken the per-tile rules below are not measured.
+- per tile: memory (core, memtile), DMA channels per direction, locks,
+  BDs (a memtile's even and odd channels each have half of its BDs), every
+  channel's BD length.
+- runtime transfers (shim BDs, the TAP padded to 4 dimensions, the highest
+  being the iteration): iterations 1..`shim_max_iterations`; d0 and d1 wraps
+  up to `max_wrap`, d0 counted in 32-bit words, unless the pattern is a
+  contiguous row-major scan (mlir-aie lowers it in linear mode); strides in
+  whole 4-byte granules (a unit d0 stride excepted) and up to `max_stride`
+  words, positive where the size is above 1 (the iteration stride may be
+  0); offset and d0 length in whole granules; a d0 stride of 1 for elements
+  that are not 32-bit words (the DMA moves whole words); the pattern inside
+  its tensor; a whole number of the fifo's objects; tasks live per shim
+  tile up to `bd_ids_per_shim` and queued per shim channel up to
+  `task_queue_depth`.
+- fifo reorders (`dims_to_stream` on the producer's tile, `dims_from_stream`
+  on each consumer's): none on a shim (reorder in the runtime TAP instead),
+  at most `bd_dims` dimensions, the same wrap, stride and granule rules
+  with every stride positive and every wrap limited, and no element outside
+  the object.
+- fifos: acquires (cumulative: a worker holds the larger of what it holds
+  and what it asks for) up to the endpoint's declared depth; no release of
+  more than is held; producer locks starting at most at `max_lock_value`;
+  `iter_count` in 1..`max_repeat_count` and only on a fifo with a memtile
+  end; `repeat_count` in 1..`max_repeat_count` and not on a shim producer;
+  objects in whole granules.
+- kernel calls: the kernel's argument count; a Memref argument takes an
+  acquired object (held at the call) or a core buffer of its element type
+  and count; a Scalar takes an int or a Param.
+- block-float element types (tensors, fifos, core buffers, kernel
+  arguments) only where `device.block_float`.
+
+Where the issue's rules and mlir-aie differ, these follow mlir-aie: the
+producer lock starts at depth x repeat count, so that product is what
+`max_lock_value` bounds (mlir-aie does not verify it; the lock would
+overflow); pools are sized and placed as the lowering does
+(see `iron.design.usage`), so a memtile overflows only when its
+neighbours cannot take the spill; fifo reorders need every stride
+positive (`DMABDOp::verify`). Two rules are stricter than mlir-aie's
+verifiers: reorders are held to their tile's wrap and stride field widths
+(the verifier checks looser generic bounds and the fields would be
+truncated), and a runtime pattern must fit one BD as written (mlir-aie may
+split an oversized `dma_memcpy_nd` into several BDs, each taking a shim BD
+and a queue slot that the live-task rules do not count).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter, defaultdict
+
+import attrs
+
+from iron.core.device import TileLimits
+from iron.design.model import (
+    Acquire,
+    Buf,
+    Call,
+    Design,
+    DesignError,
+    Memref,
+    Obj,
+    Param,
+    Release,
+    Scalar,
+    Tile,
+    element_type,
+    walk,
+)
+from iron.design.place import place
+from iron.design.usage import (
+    MM2S,
+    S2MM,
+    shim_tasks,
+    tile_of,
+    transfer_tap,
+    usage,
+)
+
+
+@attrs.frozen
+class Violation:
+    """One broken rule: `found` where the device allows `limit`, in the
+    words of `relation` ("found > limit", "found not a multiple of limit")."""
+
+    design: str
+    tile: Tile | None
+    subject: str  # "fifo in", "kernel add_one_i32", "transfer 0 (fill in from x)", "" for the tile
+    rule: str
+    found: int | str
+    limit: int | str
+    relation: str = ">"
+    unit: str = ""
+    detail: str = ""
+
+    def __str__(self) -> str:
+        where = "".join(
+            f"{part}: "
+            for part in (self.design, self.tile and f"tile {self.tile}", self.subject)
+            if part
+        )
+        text = f"{where}{self.rule} {self.found}{self.unit} {self.relation} {self.limit}{self.unit}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+@attrs.frozen
+class Report:
+    """What `check` found: `ok` when `violations` is empty."""
+
+    design: str
+    violations: tuple[Violation, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"{self.design}: fits the device"
+        lines = [f"{self.design}: {len(self.violations)} violation(s)"]
+        return "\n".join(lines + [f"  {v}" for v in self.violations])
+
+
+def check(design: Design) -> Report:
+    """Measure `design` (placed first) against every limit of its device."""
+    name = design.name
+    try:
+        design = place(design)
+    except DesignError as error:
+        found = Violation(
+            name, None, "", "workers", len(design.workers), design.device.cores, detail=str(error)
+        )
+        return Report(name, (found,))
+    violations = list(_placement(design))
+    rules = [_fifos, _workers, _transfers, _reorders, _block_float]
+    if not violations:
+        rules += [_tiles, _live_tasks]
+    for rule in rules:
+        violations += rule(design)
+    return Report(name, tuple(violations))
+
+
+def validate(design: Design) -> None:
+    """Raise `DesignError` listing every violation, if `design` has any."""
+    report = check(design)
+    if not report.ok:
+        raise DesignError(str(report))
+
+
+def _reporter(design: Design, tile: Tile | None, subject: str):
+    return functools.partial(Violation, design.name, tile, subject)
+
+
+# ---- placement ----------------------------------------------------------------
+
+
+def _placement(design: Design):
+    device = design.device
+
+    def misplaced(tile: Tile, kind: str, rows: str) -> str:
+        inside = 0 <= tile.col < device.columns and 0 <= tile.row < device.rows
+        if inside and device.tile_kind(tile.row) == kind:
+            return ""
+        return (
+            f"{device.name} at {device.columns} columns has columns 0..{device.columns - 1}, {rows}"
+        )
+
+    placed = [
+        (w.tile, "core", f"worker {w.name}", f"core rows 2..{device.rows - 1}")
+        for w in design.workers
+    ]
+    placed += [(k.tile, "memtile", f"link {k.name}", "memtile row 1") for k in design.links]
+    placed += [
+        (end.tile, "shim", f"fifo {fifo.name}", "shim row 0")
+        for fifo in design.fifos
+        for end in fifo.endpoints
+        if end.kind == "shim"
+    ]
+    for tile, kind, subject, rows in placed:
+        if why := misplaced(tile, kind, rows):
+            what = "a memtile" if kind == "memtile" else f"a {kind} tile"
+            yield _reporter(design, tile, subject)("tile", str(tile), what, "is not", detail=why)
+    on_tile = defaultdict(list)
+    for worker in design.workers:
+        on_tile[worker.tile].append(worker.name)
+    for tile, names in on_tile.items():
+        if len(names) > 1:
+            v = _reporter(design, tile, f"worker {names[1]}")
+            yield v("workers on one tile", len(names), 1, detail=", ".join(names))
+
+
+# ---- per tile ----------------------------------------------------------------
+
+
+def _tiles(design: Design):
+    device = design.device
+    for tile, used in usage(design).items():
+        limits = device.limits(used.kind)
+        v = _reporter(design, tile, "")
+        if used.kind != "shim" and used.memory_bytes > limits.memory_bytes:
+            yield v(
+                f"{used.kind} memory",
+                used.memory_bytes,
+                limits.memory_bytes,
+                unit=" B",
+                detail=used.memory_text(),
+            )
+        for direction in (S2MM, MM2S):
+            channels = used.channels_in(direction)
+            if len(channels) > limits.dma_channels:
+                yield v(
+                    f"{direction} channels",
+                    len(channels),
+                    limits.dma_channels,
+                    detail=", ".join(c.fifo for c in channels),
+                )
+        if used.lock_count > limits.locks:
+            yield v("locks", used.lock_count, limits.locks, detail=" + ".join(map(str, used.locks)))
+        for lock in used.locks:
+            if lock.start > device.max_lock_value:
+                yield _reporter(design, tile, f"fifo {lock.fifo}")(
+                    "producer lock start",
+                    lock.start,
+                    device.max_lock_value,
+                    detail="the pool's depth x its repeat count",
+                )
+        if used.kind == "core" and used.bds > limits.bds:
+            yield v("BDs", used.bds, limits.bds, detail=_bd_text(used.channels))
+        if used.kind == "memtile":  # BDs 0..n/2-1 serve even channels, the rest odd ones
+            for parity, side in enumerate(("even", "odd")):
+                channels = [c for c in used.channels if c.index % 2 == parity]
+                bds = sum(c.bds for c in channels)
+                if bds > limits.bds // 2:
+                    yield v(f"{side}-channel BDs", bds, limits.bds // 2, detail=_bd_text(channels))
+        for channel in used.channels:
+            if channel.words > limits.bd_words:
+                yield _reporter(design, tile, f"fifo {channel.fifo}")(
+                    "BD length",
+                    channel.words,
+                    limits.bd_words,
+                    unit=" words",
+                    detail=f"{channel.direction} {channel.index}",
+                )
+
+
+def _bd_text(channels) -> str:
+    return " + ".join(f"{c.fifo} ({c.direction} {c.index}) {c.bds}" for c in channels)
+
+
+def _live_tasks(design: Design):
+    device = design.device
+    tiles_over, channels_over = set(), set()
+    for task in shim_tasks(design):
+        v = _reporter(design, task.tile, task.subject)
+        if task.tile_live > device.bd_ids_per_shim and task.tile not in tiles_over:
+            tiles_over.add(task.tile)
+            yield v(
+                "live tasks on the shim",
+                task.tile_live,
+                device.bd_ids_per_shim,
+                detail="each task holds a BD until its group finishes",
+            )
+        fifo = task.statement.fifo
+        if task.channel_live > device.task_queue_depth and fifo not in channels_over:
+            channels_over.add(fifo)
+            yield v(
+                "tasks queued on the channel",
+                task.channel_live,
+                device.task_queue_depth,
+                detail=f"fifo {fifo}'s shim channel queues until its group finishes",
+            )
+
+
+# ---- access patterns -----------------------------------------------------------
+
+
+def _transfers(design: Design):
+    device = design.device
+    shim = device.limits("shim")
+    for task in shim_tasks(design):
+        statement = task.statement
+        fifo, tensor = design.fifo(statement.fifo), design.tensor(statement.tensor)
+        tap = transfer_tap(design, statement)
+        v = _reporter(design, task.tile, task.subject)
+        padded = tap.padded()
+        iterations = padded.sizes[0]
+        if iterations > device.shim_max_iterations:
+            yield v(
+                "iterations",
+                iterations,
+                device.shim_max_iterations,
+                detail="the highest dimension is the shim BD's iteration count",
+            )
+        nbytes = fifo.element.nbytes
+        yield from _pattern(
+            v, padded.sizes, padded.strides, nbytes, shim, device.dma_granule, iteration=True
+        )
+        if tap.offset * nbytes % device.dma_granule:
+            yield v("offset", tap.offset * nbytes, device.dma_granule, "not a multiple of", " B")
+        low, high = _reach(tap.sizes, tap.strides, tap.offset)
+        if low < 0 or high >= tensor.size:
+            yield v(
+                "element",
+                low if low < 0 else high,
+                f"0..{tensor.size - 1} of tensor {tensor.name}",
+                "outside",
+                detail=f"TAP {tap}",
+            )
+        if tap.count % fifo.size:
+            yield v(
+                "elements",
+                tap.count,
+                fifo.size,
+                "not a multiple of",
+                detail=f"fifo {fifo.name}'s objects hold {fifo.size}",
+            )
+
+
+def _reorders(design: Design):
+    device = design.device
+    for fifo in design.fifos:
+        reorders = [(fifo.producer, "dims_to_stream", fifo.dims_to_stream)]
+        reorders += [(c, "dims_from_stream", c.dims_from_stream) for c in fifo.consumers]
+        for end, what, dims in reorders:
+            if not dims:
+                continue
+            v = _reporter(design, tile_of(design, end), f"fifo {fifo.name}")
+            if end.kind == "shim":
+                yield v(
+                    f"{what} dimensions",
+                    len(dims),
+                    0,
+                    ">",
+                    detail="a shim moves data in the order of its runtime TAP; reorder there",
+                )
+                continue
+            limits = device.limits(end.kind)
+            if len(dims) > limits.bd_dims:
+                yield v(
+                    f"{what} dimensions",
+                    len(dims),
+                    limits.bd_dims,
+                    detail=f"{end.kind} BDs address {limits.bd_dims} dimensions",
+                )
+            sizes, strides = [s for s, _ in dims], [t for _, t in dims]
+            yield from _pattern(
+                v, sizes, strides, fifo.element.nbytes, limits, device.dma_granule, label=what
+            )
+            _, reach = _reach(sizes, strides)
+            if reach >= fifo.size:
+                yield v(
+                    f"{what} element",
+                    reach,
+                    fifo.size,
+                    ">=",
+                    detail=f"the object holds {fifo.size} elements",
+                )
+
+
+def _reach(sizes, strides, offset: int = 0) -> tuple[int, int]:
+    """The lowest and highest element an access pattern touches."""
+    spans = [(size - 1) * stride for size, stride in zip(sizes, strides)]
+    return offset + sum(min(0, s) for s in spans), offset + sum(max(0, s) for s in spans)
+
+
+def _pattern(
+    v,
+    sizes,
+    strides,
+    nbytes: int,
+    limits: TileLimits,
+    granule: int,
+    *,
+    iteration: bool = False,
+    label: str = "",
+):
+    """The rules one BD's dimensions keep (highest first; with `iteration`
+    the highest is a shim's iteration dimension, whose stride may be 0 and
+    whose wrap is checked by the caller)."""
+    prefix = f"{label} " if label else ""
+    count = len(sizes)
+    names = [f"d{count - 1 - i}" for i in range(count)]
+    if iteration:
+        names[0] = "iteration"
+    inner = count - 1
+    for i, (name, size, stride) in enumerate(zip(names, sizes, strides)):
+        least = 0 if iteration and i == 0 else 1
+        if (size > 1 or not iteration) and stride < least:
+            yield v(
+                f"{prefix}{name} stride",
+                stride,
+                least,
+                "<",
+                detail=f"a dimension of size {size} needs a {'non-negative' if least == 0 else 'positive'} stride",
+            )
+        elif i == inner and stride != 1 and nbytes != granule:
+            yield v(
+                f"{prefix}{name} stride",
+                stride,
+                1,
+                "!=",
+                detail=f"{nbytes}-byte elements move as whole {granule}-byte words, so only contiguously",
+            )
+        elif not (i == inner and stride == 1) and stride * nbytes % granule:
+            yield v(f"{prefix}{name} stride", stride * nbytes, granule, "not a multiple of", " B")
+        elif (size > 1 or i == inner) and stride * nbytes // granule > limits.max_stride:
+            yield v(
+                f"{prefix}{name} stride",
+                stride * nbytes // granule,
+                limits.max_stride,
+                unit=" words",
+            )
+    if sizes[inner] * nbytes % granule:
+        yield v(f"{prefix}d0 length", sizes[inner] * nbytes, granule, "not a multiple of", " B")
+    if iteration and _contiguous(sizes, strides):
+        return  # lowered in linear mode: the length field, not the wraps, bounds it
+    wrapped = range(count - 2, count) if iteration else range(count)
+    for i in wrapped:
+        wrap = sizes[i] * nbytes // granule if i == inner else sizes[i]
+        if wrap > limits.max_wrap:
+            unit = " words" if i == inner else ""
+            yield v(
+                f"{prefix}{names[i]} wrap",
+                wrap,
+                limits.max_wrap,
+                unit=unit,
+                detail=f"{limits.kind} BDs hold wraps of {limits.wrap_bits} bits",
+            )
+
+
+def _contiguous(sizes, strides) -> bool:
+    """`isContiguousTransfer`: below the iteration dimension, a row-major scan."""
+    _, d2, d1, d0 = sizes
+    _, s2, s1, s0 = strides
+    return s0 == 1 and (d1 == 1 or s1 == d0) and (d2 == 1 or s2 == d0 * d1)
+
+
+# ---- fifos, workers, kernels ------------------------------------------------------------
+
+
+def _fifos(design: Design):
+    device = design.device
+    for fifo in design.fifos:
+        v = _reporter(design, None, f"fifo {fifo.name}")
+        if fifo.nbytes % device.dma_granule:
+            yield v(
+                "object",
+                fifo.nbytes,
+                device.dma_granule,
+                "not a multiple of",
+                " B",
+                detail=f"DMAs move whole {device.dma_granule}-byte words",
+            )
+        if fifo.repeat_count is not None:
+            if fifo.producer.kind == "shim":
+                yield v(
+                    "repeat_count",
+                    fifo.repeat_count,
+                    "a shim producer",
+                    "not allowed on",
+                    detail="repeat a runtime transfer with its TAP's iteration dimension",
+                )
+            if fifo.repeat_count > device.max_repeat_count:
+                yield v("repeat_count", fifo.repeat_count, device.max_repeat_count)
+        if fifo.iter_count is not None:
+            if all(end.kind != "memtile" for end in fifo.endpoints):
+                yield v(
+                    "iter_count",
+                    fifo.iter_count,
+                    "a fifo without a memtile end",
+                    "not allowed on",
+                    detail="iter_count bounds a memtile BD chain",
+                )
+            if fifo.iter_count > device.max_repeat_count:
+                yield v("iter_count", fifo.iter_count, device.max_repeat_count)
+
+
+def _workers(design: Design):
+    for worker in design.workers:
+        held: Counter[str] = Counter()
+        for op in walk(worker.body):
+            if isinstance(op, Acquire):
+                fifo = design.fifo(op.fifo)
+                end = next(e for e in fifo.endpoints if (e.kind, e.name) == ("core", worker.name))
+                held[op.fifo] = max(held[op.fifo], op.n)
+                if held[op.fifo] > fifo.depth_at(end):
+                    yield _reporter(design, worker.tile, f"fifo {fifo.name}")(
+                        "acquire",
+                        held[op.fifo],
+                        f"depth {fifo.depth_at(end)}",
+                        ">",
+                        detail=f"worker {worker.name} would hold more objects than its end has",
+                    )
+            elif isinstance(op, Release):
+                if op.n > held[op.fifo]:
+                    yield _reporter(design, worker.tile, f"fifo {op.fifo}")(
+                        "release",
+                        op.n,
+                        f"{held[op.fifo]} held",
+                        ">",
+                        detail=f"worker {worker.name} releases objects it does not hold",
+                    )
+                held[op.fifo] = max(0, held[op.fifo] - op.n)
+            elif isinstance(op, Call):
+                yield from _call(design, worker, op, held)
+
+
+def _call(design: Design, worker, call: Call, held: Counter):
+    kernel = call.kernel
+    v = _reporter(design, worker.tile, f"kernel {kernel.symbol}")
+    if len(call.args) != len(kernel.args):
+        yield v(
+            "arguments",
+            len(call.args),
+            len(kernel.args),
+            "!=",
+            detail=f"worker {worker.name} calls it with {len(call.args)}",
+        )
+    buffers = {b.name: b for b in worker.buffers}
+    for position, (arg, want) in enumerate(zip(call.args, kernel.args)):
+        what = f"argument {position}"
+        if isinstance(want, Scalar):
+            if not isinstance(arg, (int, Param)):
+                yield v(
+                    what,
+                    type(arg).__name__,
+                    "a Scalar",
+                    "passed for",
+                    detail="scalars take an int or a Param",
+                )
+            continue
+        if isinstance(arg, Obj):
+            fifo = design.fifo(arg.fifo)
+            dtype, size = fifo.dtype, fifo.size
+            if arg.index >= held[arg.fifo]:
+                yield v(
+                    f"{what} object",
+                    arg.index,
+                    f"{held[arg.fifo]} held",
+                    ">=",
+                    detail=f"worker {worker.name} passes object {arg.index} of fifo {arg.fifo}",
+                )
+        elif isinstance(arg, Buf):
+            dtype, size = buffers[arg.name].dtype, math.prod(buffers[arg.name].shape)
+        else:
+            yield v(
+                what,
+                type(arg).__name__,
+                f"a {want}",
+                "passed for",
+                detail="buffers take an acquired object (Obj) or a core buffer (Buf)",
+            )
+            continue
+        if dtype != want.dtype:
+            yield v(f"{what} element type", dtype, want.dtype, "!=")
+        elif size != math.prod(want.shape):
+            yield v(
+                f"{what} elements", size, math.prod(want.shape), "!=", detail=f"{want} wants them"
+            )
+
+
+def _block_float(design: Design):
+    device = design.device
+    if device.block_float:
+        return
+    typed = [(f"tensor {t.name}", t.dtype) for t in design.tensors]
+    typed += [(f"fifo {f.name}", f.dtype) for f in design.fifos]
+    typed += [(f"worker {w.name}", b.dtype) for w in design.workers for b in w.buffers]
+    typed += [
+        (f"kernel {k.symbol}", a.dtype)
+        for k in design.kernels
+        for a in k.args
+        if isinstance(a, Memref)
+    ]
+    for subject, dtype in dict.fromkeys(typed):
+        if element_type(dtype).block_float:
+            yield _reporter(design, None, subject)(
+                "element type",
+                dtype,
+                f"{device.name} ({device.arch})",
+                "unsupported on",
+                detail="block-float formats are AIE2P (npu2) only",
+            )

@@ -1,0 +1,159 @@
+"""`iron design`: print an operator's placed design, its per-tile use of the
+device against the limits, the check's verdict, or its MLIR; check every
+registered operator's designs.
+
+    iron design show AddOne size=4096 --device npu1
+    iron design show AddOne size=4096 --mlir
+    iron design example split_join workers=4 --device npu2
+    iron design check --device npu1
+"""
+
+from __future__ import annotations
+
+import sys
+
+from iron.core import registry
+from iron.core.cli import parse_value
+from iron.core.device import Device
+from iron.design.check import check
+from iron.design.examples import EXAMPLES
+from iron.design.model import Design
+from iron.design.operators import catalog_designs, design_of
+from iron.design.place import place
+from iron.design.usage import MM2S, S2MM, usage
+
+
+def configure(parser) -> None:
+    actions = parser.add_subparsers(dest="design_action", required=True, metavar="action")
+
+    show = actions.add_parser("show", help="an operator's placed design, its tiles and its check")
+    show.add_argument("name", help="a registered operator")
+    show.set_defaults(func=show_operator)
+    example = actions.add_parser("example", help="one of iron.design.examples, placed and checked")
+    example.add_argument("name", choices=sorted(EXAMPLES))
+    example.set_defaults(func=show_example)
+    for sub in (show, example):
+        sub.add_argument("params", nargs="*", metavar="key=value")
+        _device_arguments(sub)
+        sub.add_argument("--mlir", action="store_true", help="print the MLIR aiecc takes instead")
+
+    every = actions.add_parser("check", help="check every registered operator case with a design")
+    _device_arguments(every)
+    every.add_argument("--family", help="only this family")
+    every.set_defaults(func=check_catalog)
+
+
+def _device_arguments(parser) -> None:
+    parser.add_argument("--device", default="npu2", help="device to design for (default npu2)")
+    parser.add_argument("--columns", type=int, help="device width (default: full)")
+
+
+def _params(items: list[str]) -> dict:
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"iron design: parameters are key=value, got {item!r}")
+        params[key] = parse_value(value)
+    return params
+
+
+def show_operator(args) -> int:
+    device = Device.from_name(args.device, args.columns)
+    op = registry.get_operator(args.name)(**_params(args.params)).resolve(device)
+    return _show(design_of(op), args.mlir)
+
+
+def show_example(args) -> int:
+    device = Device.from_name(args.device, args.columns)
+    return _show(EXAMPLES[args.name](device, **_params(args.params)), args.mlir)
+
+
+def _show(design: Design, mlir: bool) -> int:
+    if mlir:
+        from iron.design.mlir import to_mlir
+
+        print(to_mlir(design), end="")
+        return 0
+    print(describe(design))
+    return 0 if check(design).ok else 1
+
+
+def describe(design: Design) -> str:
+    """The placed design as text: what runs where, the fifos, what each tile
+    uses against its limits, and the check's verdict."""
+    design = place(design)
+    device = design.device
+    lines = [
+        f"design {design.name} for {device.name} ({device.columns} columns, {device.arch}), "
+        f"digest {design.digest()[:12]}",
+        "tensors: "
+        + ", ".join(f"{t.name} {t.shape} {t.dtype} {t.direction.value}" for t in design.tensors),
+        "",
+    ]
+    actors = [[str(w.tile), "worker", w.name, _kernels(w)] for w in design.workers]
+    actors += [[str(k.tile), k.kind, k.name, ", ".join(k.fifos)] for k in design.links]
+    lines += [_table(sorted(actors), ["tile", "actor", "name", "runs / links"]), ""]
+
+    rows = []
+    for fifo in design.fifos:
+        ends = [_end(design, e) for e in fifo.consumers]
+        rows.append(
+            [fifo.name, f"{fifo.shape} {fifo.dtype}", str(fifo.depth), str(fifo.nbytes),
+             _end(design, fifo.producer), ", ".join(ends)]
+        )  # fmt: skip
+    lines += [_table(rows, ["fifo", "object", "depth", "bytes", "producer", "consumers"]), ""]
+
+    rows = []
+    for tile, used in usage(design).items():
+        limits = device.limits(used.kind)
+        memory = f"{used.memory_bytes}/{limits.memory_bytes} B" if limits.memory_bytes else "-"
+        rows.append(
+            [str(tile), used.kind, memory, f"{used.lock_count}/{limits.locks}",
+             f"{used.bds}/{limits.bds}", f"{len(used.channels_in(S2MM))}/{limits.dma_channels}",
+             f"{len(used.channels_in(MM2S))}/{limits.dma_channels}", used.memory_text()]
+        )  # fmt: skip
+    header = ["tile", "kind", "memory", "locks", "BDs", "S2MM", "MM2S", "memory holds"]
+    lines += [_table(rows, header), "", str(check(design))]
+    return "\n".join(lines)
+
+
+def _kernels(worker) -> str:
+    return ", ".join(dict.fromkeys(call.kernel.symbol for call in worker.calls()))
+
+
+def _end(design: Design, endpoint) -> str:
+    if endpoint.kind == "shim":
+        return f"runtime {endpoint.tile}"
+    tile = (design.worker if endpoint.kind == "core" else design.link)(endpoint.name).tile
+    return f"{endpoint.name} {tile}"
+
+
+def check_catalog(args) -> int:
+    device = Device.from_name(args.device, args.columns)
+    rows, failed = [], 0
+    for item in catalog_designs(device, args.family):
+        if item.design is None:
+            rows.append([item.operator, item.case, "refused", item.refusal])
+            continue
+        report = check(item.design)
+        failed += not report.ok
+        first = "" if report.ok else str(report.violations[0])
+        verdict = "ok" if report.ok else f"{len(report.violations)} violation(s)"
+        rows.append([item.operator, item.case, verdict, first])
+    if not rows:
+        print(
+            f"no registered operator has a design{f' in family {args.family!r}' if args.family else ''}"
+        )
+        return 0
+    print(_table(rows, ["operator", "case", device.key, "first violation"]))
+    if failed:
+        print(f"{failed} design(s) break {device.name}'s limits", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]
+    )

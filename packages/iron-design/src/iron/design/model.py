@@ -1,0 +1,865 @@
+"""Designs as data: what the NPU does for one operator.
+
+A `Design` mirrors what mlir-aie's IRON API expresses (runtime tensors,
+object fifos between shim, memtile and core endpoints, memtile links,
+workers running acquire / call / release bodies, kernels, and the runtime
+sequence of fill and drain tasks), as frozen values: hashable, picklable,
+comparable, and with a `digest()` that is equal across processes and
+machines. Nothing here needs mlir-aie; `check`, `simulate` and `to_mlir`
+read these values.
+
+Conventions, as in mlir-aie: shapes and access patterns count elements;
+dimension lists run highest dimension first (the outermost loop first);
+offsets of memtile splits and joins count elements of the memtile object.
+
+Construction checks structure only (names resolve, endpoints agree, shapes
+are well formed) and raises `DesignError`; whether a design fits the device
+is `iron.design.check`'s question.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from collections.abc import Callable
+
+import attrs
+import ml_dtypes
+import numpy as np
+
+from iron.core.device import Device
+from iron.core.spec import Direction
+
+
+class DesignError(ValueError):
+    """A design that is malformed, or (from `validate`) breaks a device limit."""
+
+
+# ---- element types -------------------------------------------------------------
+
+
+@attrs.frozen
+class ElementType:
+    """One element type a tensor or object may hold. A block-float element is
+    one block: `values` numbers sharing an exponent, packed in `nbytes`."""
+
+    name: str
+    numpy: np.dtype
+    nbytes: int
+    mlir: str
+    values: int = 1
+
+    @property
+    def block_float(self) -> bool:
+        return self.values > 1
+
+
+ELEMENT_TYPES = {
+    t.name: t
+    for t in (
+        ElementType("bf16", np.dtype(ml_dtypes.bfloat16), 2, "bf16"),
+        ElementType("f32", np.dtype(np.float32), 4, "f32"),
+        ElementType("i8", np.dtype(np.int8), 1, "i8"),
+        ElementType("i16", np.dtype(np.int16), 2, "i16"),
+        ElementType("i32", np.dtype(np.int32), 4, "i32"),
+        ElementType("u8", np.dtype(np.uint8), 1, "ui8"),
+        # AIEX BlockFloatType v8bfp16ebs8: 8 int8 mantissas + 1 shared exponent
+        ElementType("bfp16ebs8", np.dtype((np.void, 9)), 9, '!aiex.bfp<"v8bfp16ebs8">', 8),
+    )
+}
+_NUMPY_NAMES = {"float32": "f32", "int8": "i8", "int16": "i16", "int32": "i32", "uint8": "u8"}
+
+
+def element_type(value) -> ElementType:
+    """The element type named `value` ("bf16", "i32"...) or of a numpy dtype."""
+    if isinstance(value, ElementType):
+        return value
+    if isinstance(value, str) and value in ELEMENT_TYPES:
+        return ELEMENT_TYPES[value]
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        dtype = None
+    if dtype == ELEMENT_TYPES["bf16"].numpy:
+        return ELEMENT_TYPES["bf16"]
+    if dtype is not None and dtype.name in _NUMPY_NAMES:
+        return ELEMENT_TYPES[_NUMPY_NAMES[dtype.name]]
+    raise DesignError(
+        f"unsupported element type {value!r}; valid choices: {', '.join(ELEMENT_TYPES)}"
+    )
+
+
+def _dtype(value) -> str:
+    return element_type(value).name
+
+
+def _shape(value) -> tuple[int, ...]:
+    shape = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not shape or not all(isinstance(d, (int, np.integer)) and d > 0 for d in shape):
+        raise DesignError(f"a shape is a non-empty tuple of positive ints, got {value!r}")
+    return tuple(int(d) for d in shape)
+
+
+def _ints(value) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
+
+
+def _dims(value) -> tuple[tuple[int, int], ...]:
+    """(size, stride) pairs, highest dimension first."""
+    pairs = tuple((int(s), int(t)) for s, t in (value or ()))
+    if any(size < 1 for size, _ in pairs):
+        raise DesignError(f"dimension sizes are positive, got {value!r}")
+    return pairs
+
+
+# ---- tiles and access patterns ---------------------------------------------------
+
+
+@attrs.frozen(order=True)
+class Tile:
+    """A tile of the array: row 0 is the shim, row 1 the memtile, rows 2 and
+    up the cores."""
+
+    col: int
+    row: int
+
+    def __str__(self) -> str:
+        return f"({self.col}, {self.row})"
+
+
+@attrs.frozen
+class TAP:
+    """A tensor access pattern: `offset`, then nested loops of `sizes` and
+    `strides` (highest first, outermost first), all in elements; at most 4
+    dimensions. It numbers the elements it visits in visit order."""
+
+    offset: int
+    sizes: tuple[int, ...] = attrs.field(converter=_ints)
+    strides: tuple[int, ...] = attrs.field(converter=_ints)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.sizes) != len(self.strides) or not 1 <= len(self.sizes) <= 4:
+            raise DesignError(
+                f"a TAP has 1 to 4 dimensions, as many sizes as strides; got sizes "
+                f"{list(self.sizes)} and strides {list(self.strides)}"
+            )
+        if any(s < 1 for s in self.sizes):
+            raise DesignError(f"TAP sizes are positive, got {list(self.sizes)}")
+
+    @classmethod
+    def linear(cls, count: int, offset: int = 0) -> TAP:
+        """`count` consecutive elements from `offset`."""
+        return cls(offset, (count,), (1,))
+
+    @classmethod
+    def of_dims(cls, dims, offset: int = 0) -> TAP:
+        """The TAP of mlir-aie (size, stride) pairs."""
+        return cls(offset, tuple(s for s, _ in dims), tuple(t for _, t in dims))
+
+    @property
+    def count(self) -> int:
+        """Elements visited (with repeats)."""
+        return math.prod(self.sizes)
+
+    def padded(self, dims: int = 4) -> TAP:
+        """The same pattern with unit dimensions in front, up to `dims`."""
+        extra = dims - len(self.sizes)
+        return TAP(self.offset, (1,) * extra + self.sizes, (0,) * extra + self.strides)
+
+    def indices(self) -> np.ndarray:
+        """Element offsets in visit order (int64), computed without a Python
+        loop per element."""
+        index = np.full(1, self.offset, dtype=np.int64)
+        for size, stride in zip(self.sizes, self.strides):
+            index = (index[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
+        return index
+
+    def __str__(self) -> str:
+        return f"[{self.offset}][{', '.join(map(str, self.sizes))}][{', '.join(map(str, self.strides))}]"
+
+
+# ---- runtime tensors, kernels ----------------------------------------------------------
+
+
+@attrs.frozen
+class Tensor:
+    """A runtime argument of the design, in argument order."""
+
+    name: str
+    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    dtype: str = attrs.field(converter=_dtype)
+    direction: Direction = attrs.field(default=Direction.IN, converter=Direction)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * element_type(self.dtype).nbytes
+
+
+@attrs.frozen
+class Memref:
+    """A kernel argument that is a buffer: an acquired object or a core buffer."""
+
+    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    dtype: str = attrs.field(converter=_dtype)
+
+    def __str__(self) -> str:
+        return f"memref<{'x'.join(map(str, self.shape))}x{element_type(self.dtype).mlir}>"
+
+
+@attrs.frozen
+class Scalar:
+    """A kernel argument passed by value."""
+
+    dtype: str = attrs.field(default="i32", converter=_dtype)
+
+    def __str__(self) -> str:
+        return element_type(self.dtype).mlir
+
+
+KernelArg = Memref | Scalar
+
+
+@attrs.frozen
+class KernelSource:
+    """Where a kernel's C++ lives: a file of mlir-aie's `aie_kernels` tree
+    (`package` None; "{arch}" in `file` becomes aie2 or aie2p), or a file
+    shipped inside the Python package `package`."""
+
+    file: str
+    package: str | None = None
+
+    def path_for(self, arch: str) -> str:
+        return self.file.replace("{arch}", arch)
+
+
+def aie_kernels(file: str) -> KernelSource:
+    """A source of mlir-aie's kernel tree, e.g. ``aie_kernels("{arch}/add.cc")``."""
+    return KernelSource(file)
+
+
+def shipped(package: str, file: str) -> KernelSource:
+    """A source shipped in a Python package, e.g. ``shipped("iron.design", "kernels/add_one.cc")``."""
+    return KernelSource(file, package)
+
+
+def model_name(model: Callable) -> str:
+    """A stable name of a kernel model: `module:qualname` of a module-level
+    function (with the arguments of a `functools.partial`)."""
+    if isinstance(model, functools.partial):
+        bound = [repr(a) for a in model.args] + [f"{k}={v!r}" for k, v in model.keywords.items()]
+        return f"{model_name(model.func)}({', '.join(bound)})"
+    module, qualname = getattr(model, "__module__", None), getattr(model, "__qualname__", "")
+    if not module or not qualname or "<" in qualname:
+        raise DesignError(
+            f"a kernel model must be a module-level function (or a functools.partial of one) "
+            f"so that designs pickle and digest alike in every process; got {model!r}"
+        )
+    return f"{module}:{qualname}"
+
+
+@attrs.frozen
+class Kernel:
+    """A core function: its `symbol`, argument types and source, and `model`,
+    a numpy function with the kernel's exact arithmetic. The simulator calls
+    ``model(*args)`` with writable views of the buffers and ints for scalars;
+    the model writes its outputs in place, as the C++ does."""
+
+    symbol: str
+    args: tuple[KernelArg, ...] = attrs.field(converter=tuple)
+    source: KernelSource
+    model: Callable
+    flags: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self) -> None:
+        model_name(self.model)
+        bad = [a for a in self.args if not isinstance(a, (Memref, Scalar))]
+        if bad:
+            raise DesignError(
+                f"kernel {self.symbol}: arguments are Memref or Scalar, got {bad[0]!r}"
+            )
+
+    @property
+    def object_file(self) -> str:
+        return f"{self.symbol}.o"
+
+
+# ---- object fifos and links -----------------------------------------------------------
+
+
+@attrs.frozen
+class Endpoint:
+    """One end of an object fifo: the runtime through a shim tile, a memtile
+    link, or a core worker (by name). `depth` overrides the fifo's depth for
+    this endpoint's buffer pool; `dims_from_stream` (consumers) says where
+    the stream's elements land in the object."""
+
+    kind: str  # shim | memtile | core
+    name: str = ""  # the link or worker
+    depth: int | None = None
+    dims_from_stream: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_dims)
+    tile: Tile | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in ("shim", "memtile", "core"):
+            raise DesignError(f"endpoint kinds are shim, memtile and core, got {self.kind!r}")
+        if (self.kind == "shim") == bool(self.name):
+            raise DesignError(
+                f"a {self.kind} endpoint {'has no' if self.kind == 'shim' else 'names its'} "
+                f"{'name' if self.kind == 'shim' else 'link or worker'}; got {self.name!r}"
+            )
+        if self.depth is not None and self.depth < 1:
+            raise DesignError(f"endpoint {self.label}: depth must be at least 1, got {self.depth}")
+
+    @property
+    def label(self) -> str:
+        return "runtime" if self.kind == "shim" else f"{self.kind} {self.name}"
+
+
+def shim(col: int | None = None) -> Endpoint:
+    """The runtime's end, through the shim tile of column `col` (placed if None)."""
+    return Endpoint("shim", tile=None if col is None else Tile(col, 0))
+
+
+def memtile(link: str, *, depth: int | None = None, dims_from_stream=()) -> Endpoint:
+    """The end held by memtile link `link`."""
+    return Endpoint("memtile", link, depth, dims_from_stream)
+
+
+def core(worker: str, *, depth: int | None = None, dims_from_stream=()) -> Endpoint:
+    """The end held by worker `worker`."""
+    return Endpoint("core", worker, depth, dims_from_stream)
+
+
+@attrs.frozen
+class ObjectFifo:
+    """A ring of `depth` objects of `shape` and `dtype` from one producer to
+    one or more consumers (a broadcast). `dims_to_stream` is the order in
+    which the producer's DMA reads an object; `repeat_count` sends each
+    object that many times; `iter_count` stops a memtile fifo's DMA after
+    that many passes over its objects."""
+
+    name: str
+    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    dtype: str = attrs.field(converter=_dtype)
+    producer: Endpoint
+    consumers: tuple[Endpoint, ...] = attrs.field(converter=tuple)
+    depth: int = 2
+    dims_to_stream: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_dims)
+    repeat_count: int | None = None
+    iter_count: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        where = f"fifo {self.name}"
+        if self.depth < 1:
+            raise DesignError(f"{where}: depth must be at least 1, got {self.depth}")
+        if not self.consumers:
+            raise DesignError(f"{where}: needs at least one consumer")
+        if self.producer.dims_from_stream:
+            raise DesignError(f"{where}: dims_from_stream belongs to consumers, not the producer")
+        for value, what in ((self.repeat_count, "repeat_count"), (self.iter_count, "iter_count")):
+            if value is not None and value < 1:
+                raise DesignError(f"{where}: {what} must be at least 1, got {value}")
+        labels = [e.label for e in (self.producer, *self.consumers)]
+        if len(set(labels)) != len(labels):
+            raise DesignError(f"{where}: an endpoint appears twice ({', '.join(labels)})")
+
+    @property
+    def element(self) -> ElementType:
+        return element_type(self.dtype)
+
+    @property
+    def size(self) -> int:
+        """Elements per object."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes per object."""
+        return self.size * self.element.nbytes
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return (self.producer, *self.consumers)
+
+    def depth_at(self, endpoint: Endpoint) -> int:
+        return endpoint.depth if endpoint.depth is not None else self.depth
+
+    def consumer(self, kind: str, name: str = "") -> Endpoint | None:
+        return next((c for c in self.consumers if (c.kind, c.name) == (kind, name)), None)
+
+    def role_of(self, kind: str, name: str) -> str | None:
+        """ "produce", "consume" or None: what the actor `name` does with this fifo."""
+        if (self.producer.kind, self.producer.name) == (kind, name):
+            return "produce"
+        return "consume" if self.consumer(kind, name) is not None else None
+
+
+@attrs.frozen
+class Link:
+    """A memtile link: objects of the `sources` fifos become objects of the
+    `destinations` fifos. One to one is a forward; one to many a split (each
+    destination takes its slice of the source object from its offset); many
+    to one a join (each source lands at its offset of the destination
+    object). Offsets count elements of the larger object.
+
+    As mlir-aie lowers it, the memtile fills (split) or empties (join) the
+    larger object one slice per small fifo, in the order listed, so the i-th
+    piece of the stream is the i-th small fifo's slice whatever the offsets;
+    offsets place the slices in the memtile's buffer."""
+
+    name: str
+    sources: tuple[str, ...] = attrs.field(converter=tuple)
+    destinations: tuple[str, ...] = attrs.field(converter=tuple)
+    offsets: tuple[int, ...] = attrs.field(default=(), converter=_ints)
+    tile: Tile | None = None
+
+    def __attrs_post_init__(self) -> None:
+        where = f"link {self.name}"
+        if not self.sources or not self.destinations:
+            raise DesignError(f"{where}: needs sources and destinations")
+        if len(self.sources) > 1 and len(self.destinations) > 1:
+            raise DesignError(f"{where}: many to many is not a link; split or join")
+        many = max(len(self.sources), len(self.destinations))
+        if self.offsets and len(self.offsets) != many:
+            raise DesignError(f"{where}: {len(self.offsets)} offsets for {many} fifos")
+
+    @property
+    def kind(self) -> str:
+        if len(self.destinations) > 1:
+            return "split"
+        return "join" if len(self.sources) > 1 else "forward"
+
+    @property
+    def fifos(self) -> tuple[str, ...]:
+        return (*self.sources, *self.destinations)
+
+
+def forward(name: str, source: str, destination: str, *, tile: Tile | None = None) -> Link:
+    return Link(name, (source,), (destination,), tile=tile)
+
+
+def split(name: str, source: str, destinations, offsets, *, tile: Tile | None = None) -> Link:
+    return Link(name, (source,), tuple(destinations), tuple(offsets), tile)
+
+
+def join(name: str, sources, destination: str, offsets, *, tile: Tile | None = None) -> Link:
+    return Link(name, tuple(sources), (destination,), tuple(offsets), tile)
+
+
+# ---- worker bodies ----------------------------------------------------------------
+
+
+@attrs.frozen
+class Param:
+    """A per-call runtime parameter (an int32 word of the scratchpad), by name."""
+
+    name: str
+
+
+@attrs.frozen
+class Obj:
+    """The `index`-th object of fifo `fifo` that the worker holds (oldest first)."""
+
+    fifo: str
+    index: int = 0
+
+
+@attrs.frozen
+class Buf:
+    """A core-local buffer of the worker, by name."""
+
+    name: str
+
+
+@attrs.frozen
+class LocalBuffer:
+    """Core memory a worker owns across iterations (an accumulator, a table)."""
+
+    name: str
+    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    dtype: str = attrs.field(converter=_dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * element_type(self.dtype).nbytes
+
+
+CallArg = Obj | Buf | Param | int
+
+
+@attrs.frozen
+class Acquire:
+    """Hold `n` objects of `fifo` (cumulative: objects already held count)."""
+
+    fifo: str
+    n: int = 1
+
+
+@attrs.frozen
+class Release:
+    """Hand the `n` oldest held objects of `fifo` to the other side."""
+
+    fifo: str
+    n: int = 1
+
+
+@attrs.frozen
+class Call:
+    """Call `kernel` on acquired objects, core buffers, parameters and ints."""
+
+    kernel: Kernel
+    args: tuple[CallArg, ...] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class WaitBarrier:
+    """Block until the runtime has set `barrier` to `value` (mlir-aie's
+    `wait_for_value`: an acquire-equal on the barrier's lock)."""
+
+    barrier: str
+    value: int = 1
+
+
+@attrs.frozen
+class Loop:
+    """Run `body` `count` times; `count` may be a runtime `Param`."""
+
+    count: int | Param
+    body: tuple[Op, ...] = attrs.field(converter=tuple)
+
+
+Op = Acquire | Release | Call | WaitBarrier | Loop
+
+
+def walk(body) -> list:
+    """Every op of `body`, loops entered, in program order."""
+    out = []
+    for op in body:
+        out.append(op)
+        if isinstance(op, Loop):
+            out += walk(op.body)
+    return out
+
+
+@attrs.frozen
+class Worker:
+    """A core program. With `forever` (mlir-aie's `while_true`) the body
+    repeats until the device is reset; `stack_size` None takes the device's
+    default."""
+
+    name: str
+    body: tuple[Op, ...] = attrs.field(converter=tuple)
+    tile: Tile | None = None
+    stack_size: int | None = None
+    buffers: tuple[LocalBuffer, ...] = attrs.field(default=(), converter=tuple)
+    forever: bool = True
+
+    def calls(self) -> list[Call]:
+        return [op for op in walk(self.body) if isinstance(op, Call)]
+
+
+# ---- the runtime sequence -------------------------------------------------------------
+
+
+@attrs.frozen
+class Fill:
+    """A shim DMA task moving `tensor` (through `tap`; None: all of it, in
+    order) into `fifo`. Tasks with `wait` are awaited when their `group`
+    finishes; the others are freed then."""
+
+    fifo: str
+    tensor: str
+    tap: TAP | None = None
+    wait: bool = False
+    group: str = "default"
+
+
+@attrs.frozen
+class Drain:
+    """A shim DMA task moving `fifo`'s objects into `tensor` through `tap`."""
+
+    fifo: str
+    tensor: str
+    tap: TAP | None = None
+    wait: bool = True
+    group: str = "default"
+
+
+@attrs.frozen
+class Finish:
+    """Await the waited tasks of `group`, then free all of its tasks. Groups
+    left open finish at the end of the sequence, in the order they began."""
+
+    group: str = "default"
+
+
+@attrs.frozen
+class SetBarrier:
+    """Set worker barrier `barrier` to `value`."""
+
+    barrier: str
+    value: int = 1
+
+
+Statement = Fill | Drain | Finish | SetBarrier
+
+
+# ---- the design ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class Design:
+    """One operator's program for one device."""
+
+    name: str
+    device: Device
+    tensors: tuple[Tensor, ...] = attrs.field(converter=tuple)
+    fifos: tuple[ObjectFifo, ...] = attrs.field(converter=tuple)
+    workers: tuple[Worker, ...] = attrs.field(converter=tuple)
+    sequence: tuple[Statement, ...] = attrs.field(converter=tuple)
+    links: tuple[Link, ...] = attrs.field(default=(), converter=tuple)
+    params: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    barriers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self) -> None:
+        _check_structure(self)
+
+    # ---- lookups ----
+
+    def tensor(self, name: str) -> Tensor:
+        return _find(self, "tensor", self.tensors, name)
+
+    def fifo(self, name: str) -> ObjectFifo:
+        return _find(self, "fifo", self.fifos, name)
+
+    def worker(self, name: str) -> Worker:
+        return _find(self, "worker", self.workers, name)
+
+    def link(self, name: str) -> Link:
+        return _find(self, "link", self.links, name)
+
+    @property
+    def kernels(self) -> tuple[Kernel, ...]:
+        """Distinct kernels, in order of first call."""
+        seen: dict[Kernel, None] = {}
+        for worker in self.workers:
+            for call in worker.calls():
+                seen.setdefault(call.kernel)
+        return tuple(seen)
+
+    def tasks(self) -> list[Fill | Drain]:
+        return [s for s in self.sequence if isinstance(s, (Fill, Drain))]
+
+    # ---- identity ----
+
+    def digest(self) -> str:
+        """A digest of everything the design says, equal in every process."""
+        return hashlib.sha256(canonical(self).encode()).hexdigest()[:32]
+
+
+def _find(design: Design, what: str, items, name: str):
+    for item in items:
+        if item.name == name:
+            return item
+    known = ", ".join(i.name for i in items) or "none"
+    raise KeyError(f"design {design.name} has no {what} {name!r} ({what}s: {known})")
+
+
+def canonical(value) -> str:
+    """Stable text of a design value: attrs classes by field, callables by
+    module and name, devices by every field."""
+    if isinstance(value, (bool, int, str, float)) or value is None:
+        return repr(value)
+    if isinstance(value, np.generic):
+        return repr(value.item())
+    if isinstance(value, Direction):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(canonical(v) for v in value) + ")"
+    if attrs.has(type(value)):
+        fields = ", ".join(
+            f"{f.name}={canonical(getattr(value, f.name))}" for f in attrs.fields(type(value))
+        )
+        return f"{type(value).__name__}({fields})"
+    if callable(value):
+        return model_name(value)
+    raise TypeError(f"no stable text for {value!r} in a design")
+
+
+# ---- structure ----------------------------------------------------------------
+
+
+def _unique(design: Design, what: str, names) -> None:
+    names = list(names)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DesignError(f"design {design.name}: {what} names repeat: {', '.join(twice)}")
+
+
+def _check_structure(design: Design) -> None:
+    """Names resolve and every actor's use of a fifo agrees with the fifo's
+    endpoints. Device limits are `check`'s business, not this one's."""
+    name = design.name
+    _unique(design, "tensor", (t.name for t in design.tensors))
+    _unique(design, "fifo", (f.name for f in design.fifos))
+    _unique(design, "worker", (w.name for w in design.workers))
+    _unique(design, "link", (k.name for k in design.links))
+    _unique(design, "parameter", design.params)
+    _unique(design, "barrier", design.barriers)
+    fifos = {f.name: f for f in design.fifos}
+    workers = {w.name: w for w in design.workers}
+    links = {k.name: k for k in design.links}
+    tensors = {t.name: t for t in design.tensors}
+
+    for fifo in design.fifos:
+        for endpoint in fifo.endpoints:
+            if endpoint.kind == "core" and endpoint.name not in workers:
+                raise DesignError(
+                    f"design {name}: fifo {fifo.name} names worker {endpoint.name!r}, "
+                    "which the design does not have"
+                )
+            if endpoint.kind == "memtile" and endpoint.name not in links:
+                raise DesignError(
+                    f"design {name}: fifo {fifo.name} names link {endpoint.name!r}, "
+                    "which the design does not have"
+                )
+            if endpoint.tile is not None and endpoint.kind != "shim":
+                raise DesignError(
+                    f"design {name}: fifo {fifo.name}: pin the {endpoint.label} on the "
+                    f"{'worker' if endpoint.kind == 'core' else 'link'}, not on the endpoint"
+                )
+
+    for link in design.links:
+        where = f"design {name}: link {link.name}"
+        for fifo_name in link.fifos:
+            if fifo_name not in fifos:
+                raise DesignError(f"{where}: no fifo {fifo_name!r}")
+        for fifo_name in link.sources:
+            if fifos[fifo_name].role_of("memtile", link.name) != "consume":
+                raise DesignError(
+                    f"{where}: source fifo {fifo_name} must list memtile({link.name!r}) as a consumer"
+                )
+        for fifo_name in link.destinations:
+            if fifos[fifo_name].role_of("memtile", link.name) != "produce":
+                raise DesignError(
+                    f"{where}: destination fifo {fifo_name} must have memtile({link.name!r}) as its producer"
+                )
+        types = {fifos[f].dtype for f in link.fifos}
+        if len(types) > 1:
+            raise DesignError(
+                f"{where}: fifos of one link share an element type, got {sorted(types)}"
+            )
+        small = link.destinations if link.kind == "split" else link.sources
+        big = fifos[link.sources[0] if link.kind == "split" else link.destinations[0]]
+        for fifo_name, offset in zip(small, link_offsets(design, link)):
+            if offset < 0 or offset + fifos[fifo_name].size > big.size:
+                raise DesignError(
+                    f"{where}: fifo {fifo_name} at offset {offset} ({fifos[fifo_name].size} elements) "
+                    f"runs past the {big.size}-element object of {big.name}"
+                )
+        if (
+            link.kind == "forward"
+            and fifos[link.sources[0]].size != fifos[link.destinations[0]].size
+        ):
+            raise DesignError(f"{where}: a forward moves objects of one size")
+        for fifo in fifos.values():
+            if fifo.role_of("memtile", link.name) and fifo.name not in link.fifos:
+                raise DesignError(
+                    f"{where}: fifo {fifo.name} names the link, which does not list it"
+                )
+
+    for worker in design.workers:
+        where = f"design {name}: worker {worker.name}"
+        _unique(design, f"worker {worker.name} buffer", (b.name for b in worker.buffers))
+        buffers = {b.name for b in worker.buffers}
+        for op in walk(worker.body):
+            if isinstance(op, (Acquire, Release)):
+                if op.fifo not in fifos:
+                    raise DesignError(
+                        f"{where}: {type(op).__name__.lower()}s unknown fifo {op.fifo!r}"
+                    )
+                if fifos[op.fifo].role_of("core", worker.name) is None:
+                    raise DesignError(
+                        f"{where}: uses fifo {op.fifo}, which does not list core({worker.name!r}) "
+                        "as its producer or a consumer"
+                    )
+                if op.n < 1:
+                    raise DesignError(
+                        f"{where}: {type(op).__name__.lower()} of {op.fifo} takes n >= 1, got {op.n}"
+                    )
+            elif isinstance(op, Loop):
+                if isinstance(op.count, Param):
+                    _known_param(design, where, op.count)
+                elif op.count < 0:
+                    raise DesignError(f"{where}: a loop count is at least 0, got {op.count}")
+            elif isinstance(op, WaitBarrier) and op.barrier not in design.barriers:
+                raise DesignError(f"{where}: waits on undeclared barrier {op.barrier!r}")
+            elif isinstance(op, Call):
+                for arg in op.args:
+                    if isinstance(arg, Obj) and (
+                        arg.fifo not in fifos
+                        or fifos[arg.fifo].role_of("core", worker.name) is None
+                    ):
+                        raise DesignError(
+                            f"{where}: calls {op.kernel.symbol} on fifo {arg.fifo!r}, which it does not use"
+                        )
+                    if isinstance(arg, Buf) and arg.name not in buffers:
+                        raise DesignError(
+                            f"{where}: calls {op.kernel.symbol} on unknown buffer {arg.name!r}"
+                        )
+                    if isinstance(arg, Param):
+                        _known_param(design, where, arg)
+                    if not isinstance(arg, (Obj, Buf, Param, int)) or isinstance(arg, bool):
+                        raise DesignError(
+                            f"{where}: {op.kernel.symbol} argument {arg!r} is not an Obj, Buf, Param or int"
+                        )
+
+    for index, statement in enumerate(design.sequence):
+        where = f"design {name}: sequence[{index}]"
+        if isinstance(statement, (Fill, Drain)):
+            verb = type(statement).__name__.lower()
+            if statement.fifo not in fifos:
+                raise DesignError(f"{where}: {verb}s unknown fifo {statement.fifo!r}")
+            if statement.tensor not in tensors:
+                raise DesignError(f"{where}: {verb}s unknown tensor {statement.tensor!r}")
+            fifo = fifos[statement.fifo]
+            runtime_end = fifo.producer if isinstance(statement, Fill) else fifo.consumer("shim")
+            if runtime_end is None or runtime_end.kind != "shim":
+                rule = (
+                    "whose producer is not the runtime"
+                    if isinstance(statement, Fill)
+                    else "which has no runtime consumer"
+                )
+                raise DesignError(f"{where}: {verb}s fifo {fifo.name}, {rule} (shim())")
+            if fifo.dtype != tensors[statement.tensor].dtype:
+                raise DesignError(
+                    f"{where}: {verb}s {fifo.dtype} fifo {fifo.name} with {tensors[statement.tensor].dtype} "
+                    f"tensor {statement.tensor}"
+                )
+        elif isinstance(statement, SetBarrier):
+            if statement.barrier not in design.barriers:
+                raise DesignError(f"{where}: sets undeclared barrier {statement.barrier!r}")
+        elif not isinstance(statement, Finish):
+            raise DesignError(f"{where}: {statement!r} is not a Fill, Drain, Finish or SetBarrier")
+
+
+def link_offsets(design: Design, link: Link) -> tuple[int, ...]:
+    """Each small fifo's offset in the big object: given, or end to end."""
+    if link.offsets:
+        return link.offsets
+    small = link.destinations if link.kind == "split" else link.sources
+    sizes = [design.fifo(f).size for f in small]
+    return tuple(int(o) for o in np.cumsum([0, *sizes[:-1]]))
+
+
+def _known_param(design: Design, where: str, param: Param) -> None:
+    if param.name not in design.params:
+        raise DesignError(
+            f"{where}: uses parameter {param.name!r}, which the design does not declare "
+            f"(params: {', '.join(design.params) or 'none'})"
+        )

@@ -1,0 +1,261 @@
+"""The aiecc and Peano command lines, toolchain discovery, and `build`:
+orchestration is run against stand-in tools that check what they are given;
+the real toolchain compiles add_one where it is installed."""
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+import iron.design
+from iron.core import Device
+from iron.design.aiecc import (
+    ELF_KERNEL,
+    Toolchain,
+    ToolchainError,
+    aiecc_command,
+    build,
+    find_toolchain,
+    kernel_source,
+    peano_commands,
+)
+from iron.design.examples import add_one, add_one_kernel, split_join
+from iron.design.mlir import to_mlir
+from iron.design.model import Call, DesignError, aie_kernels, shipped
+
+SHIPPED_ADD_ONE = Path(iron.design.__file__).parent / "kernels" / "add_one.cc"
+
+
+def test_aiecc_command_asks_for_a_full_elf_with_dynamic_fifos(tmp_path):
+    command = aiecc_command(tmp_path / "d.mlir", workdir=tmp_path, peano="/opt/peano")
+    assert command[:2] == ["aiecc", str(tmp_path / "d.mlir")]
+    for flag in (
+        "--get-full-elf",
+        "--full-elf-name=design.elf",
+        "--dynamic-objFifos",
+        "--peano=/opt/peano",
+        f"--tmpdir={tmp_path}",
+        f"--output-dir={tmp_path}",
+    ):
+        assert flag in command
+    assert "--get-scratchpad-parameters" not in command
+    assert "--get-input-with-addresses" not in command
+    assert not any(flag.startswith("--peano") for flag in aiecc_command("d.mlir", workdir="w"))
+
+
+@pytest.mark.parametrize(
+    "features, flag",
+    [
+        ({"scratchpad": True}, "--get-scratchpad-parameters"),
+        ({"traced": True}, "--get-input-with-addresses"),
+    ],
+)
+def test_aiecc_command_asks_for_side_files_per_feature(features, flag):
+    assert flag in aiecc_command("d.mlir", workdir="w", **features)
+
+
+def test_aiecc_command_names_the_program_and_the_elf_and_ends_with_extra_flags():
+    command = aiecc_command(
+        "d.mlir", workdir="w", aiecc="/x/bin/aiecc", elf_name="k.elf", extra=("-v", "-j2")
+    )
+    assert command[0] == "/x/bin/aiecc"
+    assert "--full-elf-name=k.elf" in command
+    assert command[-2:] == ["-v", "-j2"]
+
+
+@pytest.mark.parametrize("device_name, arch", [("npu1", "aie2"), ("npu2", "aie2p")])
+def test_peano_compiles_each_kernel_object_once_for_the_device_arch(device_name, arch, tmp_path):
+    design = split_join(Device.from_name(device_name), workers=4)
+    commands = peano_commands(design, tmp_path, peano="/opt/peano", mlir_aie="/opt/mlir_aie")
+    assert len(commands) == 1  # four workers, one kernel
+    (command,) = commands
+    assert command[0] == "/opt/peano/bin/clang++"
+    assert f"--target={arch}-none-unknown-elf" in command
+    assert {"-std=c++20", "-O2", "-I/opt/mlir_aie/include"} <= set(command)
+    assert command[-4:] == ["-c", str(SHIPPED_ADD_ONE), "-o", str(tmp_path / "add_one_i32.o")]
+
+
+def _with_kernel(design, **changes):
+    """`design` (one worker) calling its kernel changed by `changes`."""
+    kernel = attrs.evolve(add_one_kernel(1024), **changes)
+    worker = design.workers[0]
+    body = [attrs.evolve(op, kernel=kernel) if isinstance(op, Call) else op for op in worker.body]
+    return attrs.evolve(design, workers=(attrs.evolve(worker, body=body),)), kernel
+
+
+def test_kernel_flags_follow_the_include_dirs(npu1, tmp_path):
+    design, _ = _with_kernel(add_one(npu1), flags=("-DLANES=16",))
+    (command,) = peano_commands(design, tmp_path, peano="p")
+    assert command.index("-DLANES=16") == command.index("-c") - 1
+    assert not any(flag.startswith("-I") for flag in command)
+
+
+def test_aie_kernels_sources_resolve_in_the_install_per_arch(npu1, npu2, tmp_path):
+    install = tmp_path / "mlir_aie"
+    (install / "include" / "aie_kernels" / "aie2p").mkdir(parents=True)
+    (install / "include" / "aie_kernels" / "aie2p" / "add.cc").write_text("// add")
+    design, kernel = _with_kernel(add_one(npu2), source=aie_kernels("{arch}/add.cc"))
+    expected = install / "include" / "aie_kernels" / "aie2p" / "add.cc"
+    assert kernel_source(design, kernel, install) == expected
+    (command,) = peano_commands(design, tmp_path, peano="p", mlir_aie=install)
+    assert str(expected) in command
+    on_npu1, kernel = _with_kernel(add_one(npu1), source=aie_kernels("{arch}/add.cc"))
+    with pytest.raises(
+        ToolchainError, match=r"kernel add_one_i32: no aie2/add\.cc in this mlir-aie"
+    ):
+        kernel_source(on_npu1, kernel, install)
+    with pytest.raises(ToolchainError, match=r"aie2/add\.cc is in mlir-aie\'s aie_kernels, and no"):
+        kernel_source(on_npu1, kernel, None)
+
+
+def test_shipped_sources_that_do_not_exist_are_refused_by_name(npu1):
+    design, kernel = _with_kernel(add_one(npu1), source=shipped("iron.design", "kernels/nope.cc"))
+    with pytest.raises(
+        DesignError, match=r"design add_one: kernel add_one_i32: package iron\.design ships no"
+    ):
+        kernel_source(design, kernel)
+    design, kernel = _with_kernel(add_one(npu1), source=shipped("iron.nowhere", "k.cc"))
+    with pytest.raises(DesignError, match=r"its source package iron\.nowhere is not installed"):
+        kernel_source(design, kernel)
+
+
+# ---- finding the tools -------------------------------------------------------------------
+
+
+def _executable(path: Path, text: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{sys.executable}\n{text}")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_the_toolchain_is_found_from_arguments_and_from_the_environment(tmp_path, monkeypatch):
+    install, peano = tmp_path / "mlir_aie", tmp_path / "llvm-aie"
+    aiecc = _executable(install / "bin" / "aiecc")
+    _executable(peano / "bin" / "clang++")
+    assert find_toolchain(mlir_aie=install, peano=peano) == Toolchain(aiecc, peano, install)
+    monkeypatch.setenv("MLIR_AIE_INSTALL_DIR", str(install))
+    monkeypatch.setenv("PEANO_INSTALL_DIR", str(peano))
+    assert find_toolchain() == Toolchain(aiecc, peano, install)
+
+
+def test_aiecc_is_found_on_path(tmp_path, monkeypatch):
+    aiecc = _executable(tmp_path / "bin" / "aiecc")
+    _executable(tmp_path / "peano" / "bin" / "clang++")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    found = find_toolchain(mlir_aie=tmp_path / "absent", peano=tmp_path / "peano")
+    assert found == Toolchain(aiecc, tmp_path / "peano", None)
+
+
+def test_a_missing_toolchain_is_reported_tool_by_tool(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolchainError) as error:
+        find_toolchain(mlir_aie=tmp_path / "no_mlir_aie", peano=tmp_path / "no_peano")
+    message = str(error.value)
+    assert "missing aiecc (not on PATH)" in message
+    assert f"Peano (no bin/clang++ in {tmp_path / 'no_peano'})" in message
+    assert f"the mlir-aie install ({tmp_path / 'no_mlir_aie'})" in message
+    assert "Xilinx/mlir-aie releases" in message
+
+
+def test_the_compile_modules_import_no_toolchain():
+    code = "import sys, iron.design.aiecc; print(sorted(m for m in sys.modules if m.split('.')[0] in ('aie', 'pyxrt')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ---- build, with stand-in tools ----------------------------------------------------------
+
+CLANG = """
+import os, sys
+argv = sys.argv[1:]
+if os.environ.get("FAIL_PEANO"):
+    sys.exit("add_one.cc:1: error: peano says no")
+open(argv[argv.index("-o") + 1], "wb").write(b"object")
+"""
+
+# fails unless every link_with object is where aiecc looks first (its working directory)
+AIECC = """
+import os, re, sys
+argv = sys.argv[1:]
+options = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+for name in re.findall(r'link_with = "([^"]+)"', open(argv[0]).read()):
+    if not os.path.isfile(name):
+        sys.exit(f"error: cannot find {name}")
+if os.environ.get("FAIL_AIECC"):
+    sys.exit("error: 'aie.objectfifo' op failed to verify")
+out = options["output-dir"]
+if not os.environ.get("NO_ELF"):
+    open(os.path.join(out, options["full-elf-name"]), "wb").write(b"\\x7fELF")
+if "--get-scratchpad-parameters" in argv:
+    open(os.path.join(out, "params.txt"), "w").write("0\\n")
+if "--get-input-with-addresses" in argv:
+    open(os.path.join(out, "input_with_addresses.mlir"), "w").write("module {}\\n")
+"""
+
+
+@pytest.fixture
+def stand_ins(tmp_path) -> Toolchain:
+    tools = tmp_path / "tools"
+    aiecc = _executable(tools / "bin" / "aiecc", AIECC)
+    _executable(tools / "peano" / "bin" / "clang++", CLANG)
+    return Toolchain(aiecc, tools / "peano", None)
+
+
+def test_compile_builds_the_objects_then_the_elf(stand_ins, npu2, tmp_path):
+    design = add_one(npu2)
+    elf = build(design, tmp_path / "out", toolchain=stand_ins)
+    assert elf == tmp_path / "out" / "design.elf" and elf.read_bytes() == b"\x7fELF"
+    assert sorted(os.listdir(tmp_path / "out")) == ["design.elf", "design.mlir"]
+    assert (tmp_path / "out" / "design.mlir").read_text() == to_mlir(design)
+    assert ELF_KERNEL == "main:sequence"
+
+
+def test_compile_keeps_the_side_files_a_design_needs(stand_ins, npu2, tmp_path):
+    design = attrs.evolve(add_one(npu2), params=("lines",))
+    build(design, tmp_path / "out", toolchain=stand_ins, traced=True, elf_name="k.elf")
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "design.mlir", "input_with_addresses.mlir", "k.elf", "params.txt",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "variable, message",
+    [
+        ("FAIL_PEANO", r"(?s)design add_one: Peano failed \(exit 1\).*peano says no"),
+        ("FAIL_AIECC", r"(?s)design add_one: aiecc failed \(exit 1\).*failed to verify"),
+        ("NO_ELF", "design add_one: aiecc succeeded but wrote no design.elf"),
+    ],
+)
+def test_a_failing_tool_leaves_nothing_behind(
+    variable, message, stand_ins, npu1, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(ToolchainError, match=message):
+        build(add_one(npu1), tmp_path / "out", toolchain=stand_ins)
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_a_design_that_cannot_be_emitted_creates_no_directory(stand_ins, npu1, tmp_path):
+    bad = attrs.evolve(add_one(npu1), device=attrs.evolve(npu1, name="npu9"))
+    with pytest.raises(DesignError, match=r"no aie\.device for npu9"):
+        build(bad, tmp_path / "out", toolchain=stand_ins)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- the real toolchain ------------------------------------------------------------------
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("device_name", ["npu1", "npu2"])
+def test_add_one_compiles_to_a_full_elf(device_name, tmp_path):
+    try:
+        tools = find_toolchain()
+    except ToolchainError as missing:
+        pytest.skip(str(missing))
+    elf = build(add_one(Device.from_name(device_name)), tmp_path, toolchain=tools)
+    assert elf.read_bytes()[:4] == b"\x7fELF"

@@ -1,0 +1,205 @@
+import pickle
+import subprocess
+import sys
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from iron.core import Device
+from iron.core.spec import IN, OUT
+from iron.design.examples import EXAMPLES, add_one, add_one_kernel, split_join
+from iron.design.model import (
+    TAP,
+    Acquire,
+    Call,
+    Design,
+    DesignError,
+    Drain,
+    Fill,
+    Kernel,
+    Loop,
+    Memref,
+    Obj,
+    ObjectFifo,
+    Param,
+    Release,
+    Tensor,
+    Worker,
+    core,
+    element_type,
+    memtile,
+    shim,
+    shipped,
+    split,
+)
+
+
+@given(
+    offset=st.integers(0, 50),
+    dims=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 40)), min_size=1, max_size=4),
+)
+def test_tap_indices_visit_in_nested_loop_order(offset, dims):
+    tap = TAP(offset, [s for s, _ in dims], [t for _, t in dims])
+    expected = [offset]
+    for size, stride in dims:  # each dimension nests inside the ones before it
+        expected = [base + i * stride for base in expected for i in range(size)]
+    assert tap.indices().tolist() == expected
+    assert tap.count == len(expected)
+
+
+def test_tap_padding_keeps_the_visit_order():
+    tap = TAP(3, (4, 2), (1, 8))
+    padded = tap.padded()
+    assert (padded.sizes, padded.strides) == ((1, 1, 4, 2), (0, 0, 1, 8))
+    assert padded.indices().tolist() == tap.indices().tolist()
+
+
+@pytest.mark.parametrize(
+    "sizes, strides, message",
+    [
+        ((1, 2, 3, 4, 5), (1, 1, 1, 1, 1), "1 to 4 dimensions"),
+        ((2, 2), (1,), "as many sizes as strides"),
+        ((0, 4), (4, 1), "sizes are positive"),
+    ],
+)
+def test_malformed_taps_are_refused(sizes, strides, message):
+    with pytest.raises(DesignError, match=message):
+        TAP(0, sizes, strides)
+
+
+def test_element_types_accept_numpy_dtypes():
+    assert element_type(np.int32).name == "i32"
+    assert element_type(np.dtype("uint8")).name == "u8"
+    assert element_type("bf16").nbytes == 2
+    assert element_type("bfp16ebs8").nbytes == 9 and element_type("bfp16ebs8").values == 8
+    with pytest.raises(DesignError, match="unsupported element type 'float64'"):
+        element_type("float64")
+
+
+def test_designs_are_values(npu1):
+    design = split_join(npu1)
+    again = split_join(npu1)
+    assert design == again and hash(design) == hash(again)
+    assert pickle.loads(pickle.dumps(design)) == design
+    assert design.digest() == again.digest()
+    deeper = attrs.evolve(design, fifos=(attrs.evolve(design.fifos[0], depth=3), *design.fifos[1:]))
+    assert deeper.digest() != design.digest()
+    wider = attrs.evolve(design, device=Device.from_name("npu1", columns=2))
+    assert wider.digest() != design.digest()
+
+
+def test_digest_is_equal_across_processes(npu1):
+    code = (
+        "from iron.core import Device\n"
+        "from iron.design.examples import EXAMPLES\n"
+        "d = Device.from_name('npu1')\n"
+        "print(' '.join(f(d).digest() for f in EXAMPLES.values()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == [f(npu1).digest() for f in EXAMPLES.values()]
+
+
+def test_kernel_models_must_have_stable_names():
+    with pytest.raises(DesignError, match="module-level function"):
+        Kernel("k", (Memref(4, "i32"),), shipped("p", "k.cc"), lambda x: None)
+
+
+def test_kernels_are_listed_once_in_call_order(npu1):
+    design = split_join(npu1, workers=3)
+    assert design.kernels == (add_one_kernel(256),)
+
+
+def _tiny(device, **changes) -> Design:
+    base = dict(
+        name="tiny",
+        device=device,
+        tensors=(Tensor("x", 8, "i32", IN), Tensor("y", 8, "i32", OUT)),
+        fifos=(
+            ObjectFifo("in", 8, "i32", shim(), (core("w"),)),
+            ObjectFifo("out", 8, "i32", core("w"), (shim(),)),
+        ),
+        workers=(
+            Worker(
+                "w",
+                (
+                    Acquire("in"),
+                    Acquire("out"),
+                    Call(add_one_kernel(8), (Obj("in"), Obj("out"), 8)),
+                    Release("in"),
+                    Release("out"),
+                ),
+            ),
+        ),
+        sequence=(Fill("in", "x"), Drain("out", "y")),
+    )
+    return Design(**{**base, **changes})
+
+
+def test_the_tiny_design_is_well_formed(npu1):
+    assert _tiny(npu1).fifo("in").role_of("core", "w") == "consume"
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"fifos": (ObjectFifo("in", 8, "i32", shim(), (core("v"),)),)},
+            "fifo in names worker 'v', which the design does not have",
+        ),
+        (
+            {"fifos": (ObjectFifo("in", 8, "i32", shim(), (memtile("m"),)),)},
+            "fifo in names link 'm', which the design does not have",
+        ),
+        (
+            {"workers": (Worker("w", (Acquire("nowhere"),)),)},
+            "worker w: acquires unknown fifo 'nowhere'",
+        ),
+        (
+            {"sequence": (Fill("out", "x"),)},
+            "fills fifo out, whose producer is not the runtime",
+        ),
+        (
+            {"sequence": (Drain("in", "y"),)},
+            "drains fifo in, which has no runtime consumer",
+        ),
+        (
+            {"tensors": (Tensor("x", 8, "bf16", IN), Tensor("y", 8, "i32", OUT))},
+            "fills i32 fifo in with bf16 tensor x",
+        ),
+        (
+            {"tensors": (Tensor("x", 8, "i32"), Tensor("x", 8, "i32"))},
+            "tensor names repeat: x",
+        ),
+        (
+            {"workers": (Worker("w", (Loop(Param("n"), (Acquire("in"),)),)),)},
+            "uses parameter 'n', which the design does not declare",
+        ),
+        (
+            {"workers": (Worker("w", (Call(add_one_kernel(8), (Obj("in"), 3.5)),)),)},
+            "argument 3.5 is not an Obj, Buf, Param or int",
+        ),
+    ],
+)
+def test_malformed_designs_name_what_is_wrong(npu1, changes, message):
+    with pytest.raises(DesignError, match=message):
+        _tiny(npu1, **changes)
+
+
+def test_split_offsets_must_stay_inside_the_object(npu1):
+    design = split_join(npu1, tile=256, workers=4)
+    bad = split("scatter", "in", [f"in{i}" for i in range(4)], [0, 256, 512, 800])
+    with pytest.raises(DesignError, match=r"fifo in3 at offset 800 \(256 elements\) runs past"):
+        attrs.evolve(design, links=(bad, design.links[1]))
+
+
+def test_add_one_uses_the_runtime_at_both_ends(npu1):
+    design = add_one(npu1)
+    assert design.fifo("in").producer.kind == "shim"
+    assert design.fifo("out").consumer("shim") is not None
+    assert [type(t).__name__ for t in design.tasks()] == ["Fill", "Drain"]
+    assert set(EXAMPLES) == {"passthrough", "add_one", "repeat", "transpose", "split_join"}
