@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from iron.core import Case, Device, Operator, Tolerance, same_shape_unary
-from iron.core.testing import require_distribution
+from iron.core.conformance import catalog_cases
+from iron.core.testing import check_conformance, require_distribution
 from iron.design import examples
 from iron.design.operators import catalog_designs, design_of, has_design
 
@@ -22,7 +23,7 @@ class Doubler(Operator):
     def reference(self, x):
         return 2 * x
 
-    def tolerance(self, device=None):
+    def tolerance(self, device=None, *, inputs=None):
         return Tolerance.exact()
 
     @staticmethod
@@ -74,3 +75,11 @@ def test_the_catalog_lists_every_case_with_a_design(npu1):
     found = [(c.operator, c.case) for c in catalog_designs(npu1)]
     assert ("AddOne", "size=4096") in found and ("AddOne", "oversized-lines") in found
     assert all(c.design is not None for c in catalog_designs(npu1, family="design_example"))
+
+
+def test_the_fixture_family_passes_the_conformance_checks():
+    require_distribution("iron-design-example-plugin")
+    items = catalog_cases("design_example")
+    assert [str(i) for i in items] == ["AddOne[size=4096]", "AddOne[oversized-lines]"]
+    for item in items:
+        check_conformance(item)
