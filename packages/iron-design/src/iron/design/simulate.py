@@ -486,9 +486,7 @@ class WorkerRun:
         self.buffers = {
             b.name: np.zeros(b.shape, element_type(b.dtype).numpy) for b in worker.buffers
         }
-        calls = [op for op in walk(worker.body) if isinstance(op, Call)]
-        self.call_number = {id(call): i + 1 for i, call in enumerate(calls)}
-        self.calls = len(calls)
+        self.calls = [op for op in walk(worker.body) if isinstance(op, Call)]
         self.iteration = 0
         self.took = False  # took a lock this iteration
         self.acted = False  # acquired, released or called this iteration
@@ -573,28 +571,33 @@ class WorkerRun:
 
     def _call(self, call: Call) -> None:
         kernel = call.kernel
-        where = (
-            f"{self._where()}: call {self.call_number[id(call)]} of {self.calls} ({kernel.symbol})"
-        )
         if len(call.args) != len(kernel.args):
             raise KernelError(
-                f"{where} passes {len(call.args)} arguments; the kernel takes {len(kernel.args)}"
+                f"{self._call_text(call)} passes {len(call.args)} arguments; "
+                f"the kernel takes {len(kernel.args)}"
             )
-        args = [self._argument(where, i, arg) for i, arg in enumerate(call.args)]
+        args = [self._argument(call, i, arg) for i, arg in enumerate(call.args)]
         try:
             kernel.model(*args)
         except Exception as error:
             raise KernelError(
-                f"{where}: the model {kernel.model!r} raised {type(error).__name__}: {error}"
+                f"{self._call_text(call)}: the model {kernel.model!r} raised "
+                f"{type(error).__name__}: {error}"
             ) from error
         self.acted = True
 
-    def _argument(self, where: str, i: int, arg):
+    def _call_text(self, call: Call) -> str:
+        """Which call of the body, for error messages (the body's calls are
+        numbered in program order, so equal calls still read apart)."""
+        number = next(i for i, c in enumerate(self.calls, 1) if c is call)
+        return f"{self._where()}: call {number} of {len(self.calls)} ({call.kernel.symbol})"
+
+    def _argument(self, call: Call, i: int, arg):
         if isinstance(arg, Obj):
             held = self.held[arg.fifo]
             if arg.index >= len(held):
                 raise WorkerError(
-                    f"{where}: argument {i} is object {arg.index} of fifo {arg.fifo}, "
+                    f"{self._call_text(call)}: argument {i} is object {arg.index} of fifo {arg.fifo}, "
                     f"but the worker holds {len(held)}"
                 )
             return self.ports[arg.fifo].pool.slots[held[arg.index]]
