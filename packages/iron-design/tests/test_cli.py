@@ -61,3 +61,24 @@ def test_check_with_nothing_to_check_says_so(capsys, family):
     assert (
         "no registered operator has a design in family 'no-such-family'" in capsys.readouterr().out
     )
+
+
+def test_doctor_says_whether_designs_can_be_built(capsys, monkeypatch, tmp_path):
+    from iron.design import aiecc
+
+    monkeypatch.setattr(
+        aiecc, "find_toolchain", lambda: aiecc.Toolchain(tmp_path / "aiecc", tmp_path)
+    )
+    main(["doctor"])
+    assert (
+        f"design toolchain: aiecc {tmp_path / 'aiecc'}, Peano {tmp_path}" in capsys.readouterr().out
+    )
+
+    def missing():
+        raise aiecc.ToolchainError("cannot compile designs here; missing aiecc")
+
+    monkeypatch.setattr(aiecc, "find_toolchain", missing)
+    main(["doctor"])
+    out = capsys.readouterr().out
+    assert "design toolchain: not found; designs are not built here (cannot compile" in out
+    assert "PROBLEM design toolchain" not in out
