@@ -55,7 +55,7 @@ def test_doctor_prints_every_setting_and_its_source(capsys, monkeypatch):
 def test_a_malformed_setting_exits_2_naming_it(capsys, monkeypatch):
     monkeypatch.setenv("IRON_DEBUG", "yes")
     assert main(["devices"]) == 2
-    assert capsys.readouterr().err == "iron: IRON_DEBUG='yes': 0 or 1\n"
+    assert capsys.readouterr().err == "iron: IRON_DEBUG='yes': a flag is 0 or 1\n"
 
 
 def test_iron_debug_shows_the_traceback(monkeypatch):

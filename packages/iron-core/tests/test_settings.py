@@ -45,7 +45,7 @@ def test_an_empty_variable_is_unset():
 
 @pytest.mark.parametrize("variable", ["IRON_POISON", "IRON_DEBUG", "IRON_REQUIRE_FIXTURE_PLUGINS"])
 def test_a_flag_is_0_or_1(variable):
-    with pytest.raises(ValueError, match=f"{variable}='yes': 0 or 1"):
+    with pytest.raises(ValueError, match=f"{variable}='yes': a flag is 0 or 1"):
         Settings.from_environment({variable: "yes"})
 
 

@@ -47,7 +47,7 @@ VARIABLES = (
 
 def _flag(variable: str, text: str) -> bool:
     if text not in ("0", "1"):
-        raise ValueError(f"{variable}={text!r}: 0 or 1")
+        raise ValueError(f"{variable}={text!r}: a flag is 0 or 1")
     return text == "1"
 
 
