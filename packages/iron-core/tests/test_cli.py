@@ -121,3 +121,8 @@ def test_incomplete_commands_show_usage(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2 and "usage: iron" in capsys.readouterr().err
+
+
+def test_ops_show_refuses_a_parameter_without_a_value(capsys):
+    assert main(["ops", "show", "NoSuchThing", "size"]) == 2
+    assert "iron ops show: parameters are key=value, got 'size'" in capsys.readouterr().err

@@ -36,7 +36,20 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
+def parse_params(items: list[str], command: str) -> dict:
+    """``["size=64", "weighted=true"]`` -> ``{"size": 64, "weighted": True}``;
+    an item without ``=`` raises `ValueError` naming `command`."""
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"{command}: parameters are key=value, got {item!r}")
+        params[key] = parse_value(value)
+    return params
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    """Left-aligned columns under `header`, two spaces apart."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip()]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -63,19 +76,14 @@ def ops_list(args) -> int:
         print(f"no operators registered{f' in family {args.family!r}' if args.family else ''}")
         return 0
     print(
-        _table([[e.name, e.family, e.summary] for e in entries], ["operator", "family", "summary"])
+        table([[e.name, e.family, e.summary] for e in entries], ["operator", "family", "summary"])
     )
     return 0
 
 
 def ops_show(args) -> int:
+    params = parse_params(args.params, "iron ops show")
     entry = registry.operator_entry(args.name)
-    params = {}
-    for item in args.params:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"iron ops show: parameters are key=value, got {item!r}")
-        params[key] = parse_value(value)
     cls = registry.get_operator(args.name)
     device = Device.from_name(args.device, args.columns)
     op = cls(**params).resolve(device)
@@ -96,14 +104,14 @@ def ops_show(args) -> int:
     if isinstance(op, Composite):
         print("inputs:")
         rows = [[d, n, str(tuple(s)), t] for n, s, t, d in described["inputs"]]
-        print(_indent(_table(rows, ["dir", "arg", "shape", "dtype"])))
+        print(_indent(table(rows, ["dir", "arg", "shape", "dtype"])))
         print("parts:")
         for part, args_ in described["parts"]:
             print(f"  {part}: " + ", ".join(f"{n} {tuple(s)}" for n, s, *_ in args_))
         return 0
     print("arg specs:")
     rows = [[d, n, str(tuple(s)), t] for n, s, t, d in described["args"]]
-    print(_indent(_table(rows, ["dir", "arg", "shape", "dtype"])))
+    print(_indent(table(rows, ["dir", "arg", "shape", "dtype"])))
     try:
         print(f"tolerance: {op.tolerance(device)}")
     except NotImplementedError:
@@ -128,7 +136,7 @@ def devices_cmd(args) -> int:
         ]
         for d in sorted(found.values(), key=lambda d: d.name)
     ]
-    print(_table(rows, ["device", "arch", "columns", "shim DMA", "memtile", "core", "products"]))
+    print(table(rows, ["device", "arch", "columns", "shim DMA", "memtile", "core", "products"]))
     return 0
 
 
@@ -138,7 +146,7 @@ def plugins_cmd(args) -> int:
         print(json.dumps([attrs.asdict(i) for i in infos], indent=1))
         return 0
     rows = [[i.name, f"{i.distribution} {i.version}", i.status, i.error or ""] for i in infos]
-    print(_table(rows, ["plugin", "distribution", "status", "error"]))
+    print(table(rows, ["plugin", "distribution", "status", "error"]))
     return 0
 
 
@@ -147,7 +155,7 @@ def doctor_cmd(args) -> int:
     print(f"Python {platform.python_version()} ({sys.executable}) on {platform.platform()}")
     print("settings:")
     rows = [list(row) for row in settings.current().rows()]
-    print(_indent(_table(rows, ["variable", "value", "from"])))
+    print(_indent(table(rows, ["variable", "value", "from"])))
     print("packages:")
     iron_dists = sorted(
         {

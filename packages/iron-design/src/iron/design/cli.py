@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from iron.core import registry
-from iron.core.cli import parse_value
+from iron.core.cli import parse_params, table
 from iron.core.device import Device
 from iron.design.check import check
 from iron.design.examples import EXAMPLES
@@ -48,25 +48,17 @@ def _device_arguments(parser) -> None:
     parser.add_argument("--columns", type=int, help="device width (default: full)")
 
 
-def _params(items: list[str]) -> dict:
-    params = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"iron design: parameters are key=value, got {item!r}")
-        params[key] = parse_value(value)
-    return params
-
-
 def show_operator(args) -> int:
     device = Device.from_name(args.device, args.columns)
-    op = registry.get_operator(args.name)(**_params(args.params)).resolve(device)
+    op = registry.get_operator(args.name)(**parse_params(args.params, "iron design")).resolve(
+        device
+    )
     return _show(design_of(op), args.mlir)
 
 
 def show_example(args) -> int:
     device = Device.from_name(args.device, args.columns)
-    return _show(EXAMPLES[args.name](device, **_params(args.params)), args.mlir)
+    return _show(EXAMPLES[args.name](device, **parse_params(args.params, "iron design")), args.mlir)
 
 
 def _show(design: Design, mlir: bool) -> int:
@@ -93,7 +85,7 @@ def describe(design: Design) -> str:
     ]
     actors = [[str(w.tile), "worker", w.name, _kernels(w)] for w in design.workers]
     actors += [[str(k.tile), k.kind, k.name, ", ".join(k.fifos)] for k in design.links]
-    lines += [_table(sorted(actors), ["tile", "actor", "name", "runs / links"]), ""]
+    lines += [table(sorted(actors), ["tile", "actor", "name", "runs / links"]), ""]
 
     rows = []
     for fifo in design.fifos:
@@ -102,7 +94,7 @@ def describe(design: Design) -> str:
             [fifo.name, f"{fifo.shape} {fifo.dtype}", str(fifo.depth), str(fifo.nbytes),
              _end(design, fifo.producer), ", ".join(ends)]
         )  # fmt: skip
-    lines += [_table(rows, ["fifo", "object", "depth", "bytes", "producer", "consumers"]), ""]
+    lines += [table(rows, ["fifo", "object", "depth", "bytes", "producer", "consumers"]), ""]
 
     rows = []
     for tile, used in usage(design).items():
@@ -114,7 +106,7 @@ def describe(design: Design) -> str:
              f"{len(used.channels_in(MM2S))}/{limits.dma_channels}", used.memory_text()]
         )  # fmt: skip
     header = ["tile", "kind", "memory", "locks", "BDs", "S2MM", "MM2S", "memory holds"]
-    lines += [_table(rows, header), "", str(check(design))]
+    lines += [table(rows, header), "", str(check(design))]
     return "\n".join(lines)
 
 
@@ -146,14 +138,7 @@ def check_catalog(args) -> int:
             f"no registered operator has a design{f' in family {args.family!r}' if args.family else ''}"
         )
         return 0
-    print(_table(rows, ["operator", "case", device.key, "first violation"]))
+    print(table(rows, ["operator", "case", device.key, "first violation"]))
     if failed:
         print(f"{failed} design(s) break {device.name}'s limits", file=sys.stderr)
     return 1 if failed else 0
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]
-    )
