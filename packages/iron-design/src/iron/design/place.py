@@ -17,7 +17,10 @@ from iron.design.model import Design, DesignError, Endpoint, ObjectFifo, Tile
 
 
 def place(design: Design) -> Design:
-    """`design` with a tile on every worker, link and shim endpoint."""
+    """`design` with a tile on every worker, link and shim endpoint (a placed
+    design as it is: check, usage, simulate and to_mlir each place first)."""
+    if is_placed(design):
+        return design
     device = design.device
     workers = _place_workers(design)
     worker_tiles = {w.name: w.tile for w in workers}
