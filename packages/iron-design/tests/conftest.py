@@ -3,16 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from iron.core import Device
-
 sys.path.insert(0, str(Path(__file__).parent))  # sim_designs, the simulator tests' designs
 
 
+# short names for iron-core's pytest-plugin fixtures, used by most tests here
 @pytest.fixture
-def npu1() -> Device:
-    return Device.from_name("npu1")
+def npu1(device_npu1):
+    return device_npu1
 
 
 @pytest.fixture
-def npu2() -> Device:
-    return Device.from_name("npu2")
+def npu2(device_npu2):
+    return device_npu2
