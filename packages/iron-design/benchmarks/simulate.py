@@ -18,8 +18,9 @@ import numpy as np
 from iron.core import Device
 from iron.core.benchmarking import markdown_table, median_seconds, write_readme_section
 from iron.design import examples
-from iron.design.model import TAP, Fill
+from iron.design.model import Fill
 from iron.design.simulate import simulate
+from iron.design.usage import transfer_tap
 
 README = Path(__file__).parents[1] / "README.md"
 M = 2**20
@@ -44,7 +45,7 @@ def cases(quick: bool):
 
 def objects(design) -> int:
     return sum(
-        (s.tap or TAP.linear(design.tensor(s.tensor).size)).count // design.fifo(s.fifo).size
+        transfer_tap(design, s).count // design.fifo(s.fifo).size
         for s in design.tasks()
         if isinstance(s, Fill)
     )
