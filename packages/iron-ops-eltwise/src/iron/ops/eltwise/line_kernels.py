@@ -32,6 +32,7 @@ import functools
 import numpy as np
 
 from iron.core import bf16
+from iron.core.numerics import sigmoid
 from iron.design import Kernel, Memref, Scalar, aie_kernels, shipped
 
 #: the one line length mlir-aie's add, mul and relu kernels accept (the
@@ -145,19 +146,13 @@ def tanh_model(x, y, n, arch):
     y[:n] = (tanh_lut(v) if arch == "aie2" else np.tanh(v)).astype(bf16)
 
 
-def _sigmoid_f32(v):
-    # the reference's overflow-free form, float32 throughout
-    e = np.exp(-np.abs(v))
-    return np.where(v >= 0, 1 / (1 + e), e / (1 + e)).astype(np.float32)
-
-
 def sigmoid_model(x, y, n, arch):
     """aie2 sigmoid.cc: 0.5 * (1 + tanh(x / 2)), each step stored as bf16."""
     v = _f32(x[:n])
     if arch == "aie2":
         y[:n] = (_round(tanh_lut(_round(v * np.float32(0.5))) + 1) * np.float32(0.5)).astype(bf16)
     else:
-        y[:n] = _sigmoid_f32(v).astype(bf16)
+        y[:n] = sigmoid(v).astype(bf16)
 
 
 def silu_model(x, y, n, arch):
@@ -166,10 +161,10 @@ def silu_model(x, y, n, arch):
     v = _f32(x[:n])
     if arch == "aie2":
         t = tanh_lut(_round(v * np.float32(0.5)))
-        sigmoid = _round(np.float32(0.5) + t * np.float32(0.5))
-        y[:n] = (np.maximum(v, np.float32(-8)) * sigmoid).astype(bf16)
+        gate = _round(np.float32(0.5) + t * np.float32(0.5))
+        y[:n] = (np.maximum(v, np.float32(-8)) * gate).astype(bf16)
     else:
-        y[:n] = (v * _sigmoid_f32(v)).astype(bf16)
+        y[:n] = (v * sigmoid(v)).astype(bf16)
 
 
 _BETA = _round(0.044715)
@@ -187,8 +182,8 @@ def gelu_model(x, y, n, arch):
         half = _round(_round(tanh_lut(inner) + 1) * np.float32(0.5))
         y[:n] = (v * half).astype(bf16)
     else:
-        z = np.float32(2) * np.float32(np.sqrt(2 / np.pi)) * (v + np.float32(0.044715) * v**3)
-        y[:n] = (v * _sigmoid_f32(z)).astype(bf16)
+        z = np.float32(2 * np.sqrt(2 / np.pi)) * (v + np.float32(0.044715) * v * v * v)
+        y[:n] = (v * sigmoid(z)).astype(bf16)
 
 
 # ---- kernels -------------------------------------------------------------------------------

@@ -34,9 +34,10 @@ void iron_mul_bf16(const bfloat16 *a, const bfloat16 *b, bfloat16 *y,
     y[i] = store((float)a[i] * (float)b[i]);
 }
 
+// max(x, 0) as numpy's maximum: -0 gives +0, NaN stays NaN
 void iron_relu_bf16(const bfloat16 *x, bfloat16 *y, int32_t n) {
   for (int32_t i = 0; i < n; i++)
-    y[i] = (float)x[i] > 0.0f ? x[i] : store(0.0f);
+    y[i] = !((float)x[i] <= 0.0f) ? x[i] : store(0.0f);
 }
 
 // out = factor * x + y, the factor a float32
