@@ -9,10 +9,10 @@ from iron.ops.eltwise.common import ELEMENTWISE_CASES, Activation, approximated
 
 _SQRT_2_OVER_PI = np.float32(np.sqrt(2 / np.pi))
 
-#: aie2: the lookup table's worst absolute error beyond rtol 0.128 over every
-#: finite bf16 input up to 2^32 in magnitude is 2.59e-3 (tests/test_designs_streaming.py
-#: measures it), rounded up here
-LUT_ATOL = 3e-3
+#: the kernel's worst absolute error beyond its device's rtol, over every finite
+#: bf16 input up to 2^32 in magnitude: 2.59e-3 (aie2, the lookup table) and 2.72e-3
+#: (aie2p), rounded up; tests/test_designs_streaming.py measures it
+KERNEL_ATOL = 3e-3
 
 
 @attrs.frozen
@@ -31,7 +31,7 @@ class GELU(Activation):
         return (x * sigmoid(z)).astype(bf16)
 
     def tolerance(self, device=None, *, inputs=None):
-        return approximated(device or self.device, LUT_ATOL)
+        return approximated(device or self.device, KERNEL_ATOL)
 
     @staticmethod
     def design(size, tile_size, num_aie_columns, num_channels, device):

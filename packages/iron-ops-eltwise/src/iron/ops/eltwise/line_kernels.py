@@ -13,7 +13,11 @@ Two sources:
   and step 32 elements (`aie.iron.kernels.activation._RUNTIME_SIZED_LOOPS`).
   On aie2 the four activations read mlir-aie's tanh lookup table
   (`aie_runtime_lib/AIE2/lut_based_ops`), modelled here table and all; on
-  aie2p they use the native tanh, modelled as the float32 formula.
+  aie2p they use the native `aie::tanh`, modelled as float32 tanh rounded to
+  bf16. Either way the models keep every bf16 step of the C++ around it.
+  Newer mlir-aie trees add sized add, mul and relu variants
+  (`eltwise_mul_bf16_vector_size`, `relu_bf16_size` in aie2p), which could
+  replace ours once iron-design's pin moves.
 - `kernels/eltwise.cc`, shipped with this package: sized lines (any even
   count) of add, mul, ReLU, AXPY, LeakyReLU, Clamp and the unsigned int4
   dequant, which mlir-aie either lacks or fixes at 1024 elements (its
@@ -32,7 +36,6 @@ import functools
 import numpy as np
 
 from iron.core import bf16
-from iron.core.numerics import sigmoid
 from iron.design import Kernel, Memref, Scalar, aie_kernels, shipped
 
 #: the one line length mlir-aie's add, mul and relu kernels accept (the
@@ -141,49 +144,61 @@ def dequant_model(packed, y, n, group):
     y[:n] = (codes.reshape(-1, group).astype(np.float32) * scale[:, None]).reshape(n).astype(bf16)
 
 
+def tanh_native(x) -> np.ndarray:
+    """aie2p's `aie::tanh<bfloat16>` on float lanes, stored as bf16; its own
+    approximation error is not modelled (the aie2p tolerance covers it)."""
+    return _round(np.tanh(_f32(x)))
+
+
+def _tanh_of(arch: str):
+    return tanh_lut if arch == "aie2" else tanh_native
+
+
 def tanh_model(x, y, n, arch):
-    v = _f32(x[:n])
-    y[:n] = (tanh_lut(v) if arch == "aie2" else np.tanh(v)).astype(bf16)
+    y[:n] = _tanh_of(arch)(x[:n]).astype(bf16)
+
+
+_HALF = np.float32(0.5)
 
 
 def sigmoid_model(x, y, n, arch):
-    """aie2 sigmoid.cc: 0.5 * (1 + tanh(x / 2)), each step stored as bf16."""
-    v = _f32(x[:n])
-    if arch == "aie2":
-        y[:n] = (_round(tanh_lut(_round(v * np.float32(0.5))) + 1) * np.float32(0.5)).astype(bf16)
-    else:
-        y[:n] = sigmoid(v).astype(bf16)
+    """sigmoid.cc (both trees): 0.5 * (1 + tanh(x / 2)), the tanh, 1 + tanh
+    and the result each stored as bf16."""
+    t = _tanh_of(arch)(_f32(x[:n]) * _HALF)
+    y[:n] = (_round(t + 1) * _HALF).astype(bf16)
 
 
 def silu_model(x, y, n, arch):
-    """aie2 silu.cc: sigmoid = 0.5 + 0.5 tanh(x / 2) in one multiply-add,
-    stored as bf16, then max(x, -8) * sigmoid."""
+    """silu.cc: the sigmoid 0.5 + 0.5 tanh(x / 2) in one multiply-add,
+    stored as bf16, then max(x, -8) times it (the aie2p form taken is the
+    native-tanh one)."""
     v = _f32(x[:n])
-    if arch == "aie2":
-        t = tanh_lut(_round(v * np.float32(0.5)))
-        gate = _round(np.float32(0.5) + t * np.float32(0.5))
-        y[:n] = (np.maximum(v, np.float32(-8)) * gate).astype(bf16)
-    else:
-        y[:n] = (v * sigmoid(v)).astype(bf16)
+    gate = _round(_HALF + _tanh_of(arch)(v * _HALF) * _HALF)
+    y[:n] = (np.maximum(v, np.float32(-8)) * gate).astype(bf16)
 
 
 _BETA = _round(0.044715)
 _SQRT_2_OVER_PI = _round(0.79788456)
+#: aie2p gelu.cc folds beta into sqrt(2/pi): a bf16 times a float, stored as bf16
+_SQRT_2_OVER_PI_BETA = _round(_SQRT_2_OVER_PI * np.float32(0.044715))
 
 
 def gelu_model(x, y, n, arch):
-    """aie2 gelu.cc: every intermediate a bf16 vector: x^2, x^3, 0.044715
-    x^3, x + that, times sqrt(2/pi), the table's tanh, 1 + tanh, times 0.5,
-    times x."""
+    """gelu.cc, tanh form. aie2: x^2, x^3, 0.044715 x^3, x + that, times
+    sqrt(2/pi), the table's tanh, 1 + tanh and 0.5 (1 + tanh) each stored as
+    bf16, then times x. aie2p: x^2 and (sqrt(2/pi) 0.044715) x stored as bf16,
+    inner = sqrt(2/pi) x + that product in the float accumulator, the native
+    tanh, then 0.5 x + tanh * bf16(0.5 x) in one multiply-add."""
     v = _f32(x[:n])
     if arch == "aie2":
         cube = _round(v * _round(v * v))
         inner = _round(_round(v + _round(cube * _BETA)) * _SQRT_2_OVER_PI)
-        half = _round(_round(tanh_lut(inner) + 1) * np.float32(0.5))
+        half = _round(_round(tanh_lut(inner) + 1) * _HALF)
         y[:n] = (v * half).astype(bf16)
     else:
-        z = np.float32(2 * np.sqrt(2 / np.pi)) * (v + np.float32(0.044715) * v * v * v)
-        y[:n] = (v * sigmoid(z)).astype(bf16)
+        inner = v * _SQRT_2_OVER_PI + _round(v * _SQRT_2_OVER_PI_BETA) * _round(v * v)
+        half_x = v * _HALF
+        y[:n] = (half_x + tanh_native(inner) * _round(half_x)).astype(bf16)
 
 
 # ---- kernels -------------------------------------------------------------------------------

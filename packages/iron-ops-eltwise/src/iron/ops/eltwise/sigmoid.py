@@ -7,10 +7,10 @@ from iron.core import bf16
 from iron.core.numerics import sigmoid
 from iron.ops.eltwise.common import ELEMENTWISE_CASES, Activation, approximated
 
-#: aie2: the lookup table's worst absolute error beyond rtol 0.128 over every
-#: finite bf16 input up to 2^32 in magnitude is 8.72e-4 (tests/test_designs_streaming.py
-#: measures it), rounded up here
-LUT_ATOL = 1e-3
+#: the kernel's worst absolute error beyond its device's rtol, over every finite
+#: bf16 input up to 2^32 in magnitude: 8.72e-4 (aie2, the lookup table) and 8.89e-4
+#: (aie2p), rounded up; tests/test_designs_streaming.py measures it
+KERNEL_ATOL = 1e-3
 
 
 @attrs.frozen
@@ -24,7 +24,7 @@ class Sigmoid(Activation):
         return sigmoid(x.astype(np.float32)).astype(bf16)
 
     def tolerance(self, device=None, *, inputs=None):
-        return approximated(device or self.device, LUT_ATOL)
+        return approximated(device or self.device, KERNEL_ATOL)
 
     @staticmethod
     def design(size, tile_size, num_aie_columns, num_channels, device):
