@@ -103,6 +103,6 @@ class Dequant(Operator):
             lines=size // tile_size,
             columns=num_aie_columns,
             channels=num_channels,
-            kernel=dequant_kernel(tile_size, tile_bytes, group_size),
+            kernel=dequant_kernel(tile_size, tile_bytes),
             scalars=(tile_size, group_size),
         )

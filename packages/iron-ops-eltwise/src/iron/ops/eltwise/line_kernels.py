@@ -5,8 +5,7 @@ does (`iron.design.Kernel`).
 
 Two sources:
 
-- mlir-aie's `aie_kernels/{aie2,aie2p}` tree (as of mlir-aie main, August
-  2026): `eltwise_add_bf16_vector` (add.cc), `eltwise_mul_bf16_vector`
+- mlir-aie's `aie_kernels/{aie2,aie2p}` tree (Xilinx/mlir-aie, 2026): `eltwise_add_bf16_vector` (add.cc), `eltwise_mul_bf16_vector`
   (mul.cc) and `bf16_relu` (relu.cc) bake 1024 elements into their loop, so
   they serve 1024-element lines only; `tanh_bf16`, `sigmoid_bf16`,
   `gelu_bf16_size` and `silu_bf16_size` take the element count at run time
@@ -211,20 +210,19 @@ def _line(n: int, dtype: str = "bf16") -> Memref:
 def binary_kernel(op: str, tile: int) -> Kernel:
     """add or mul of two lines: mlir-aie's for 1024-element lines, ours otherwise."""
     model = {"add": add_model, "mul": mul_model}[op]
+    line = _line(tile)
     if tile == FIXED_LINE:
-        line = _line(tile)
         return Kernel(
             f"eltwise_{op}_bf16_vector", (line,) * 3, aie_kernels(f"{{arch}}/{op}.cc"), model
         )
-    line = _line(tile)
     return Kernel(f"iron_{op}_bf16", (line,) * 3 + (Scalar("i32"),), SHIPPED, model)
 
 
 def relu_kernel(tile: int) -> Kernel:
-    if tile == FIXED_LINE:
-        line = _line(tile)
-        return Kernel("bf16_relu", (line, line), aie_kernels("{arch}/relu.cc"), relu_model)
+    """max(x, 0) of a line: mlir-aie's for 1024-element lines, ours otherwise."""
     line = _line(tile)
+    if tile == FIXED_LINE:
+        return Kernel("bf16_relu", (line, line), aie_kernels("{arch}/relu.cc"), relu_model)
     return Kernel("iron_relu_bf16", (line, line, Scalar("i32")), SHIPPED, relu_model)
 
 
@@ -236,7 +234,8 @@ def shipped_kernel(symbol: str, inputs: int, tile: int, scalars: int, model) -> 
     return Kernel(symbol, args, SHIPPED, model)
 
 
-def dequant_kernel(tile: int, tile_bytes: int, group: int) -> Kernel:
+def dequant_kernel(tile: int, tile_bytes: int) -> Kernel:
+    """(packed tile, output line, tile_size, group_size)."""
     return Kernel(
         "iron_dequant_u4_bf16",
         (_line(tile_bytes, "u8"), _line(tile), Scalar("i32"), Scalar("i32")),
