@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from iron.core import Device, OperatorError, compare, registry
+from iron.core.cli import main
 from iron.design import (
     Call,
     DeadlockError,
@@ -266,3 +267,16 @@ def test_the_tolerance_covers_the_kernel_on_every_input_and_no_more(cls, device)
     needed = np.max(np.abs(y.astype(np.float64) - exact) - tolerance.rtol * np.abs(exact))
     assert needed <= tolerance.atol
     assert needed > tolerance.atol / 2 or tolerance.atol == 1e-6
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_iron_design_check_prints_ok_for_every_streaming_case(device, capsys):
+    main(["design", "check", "--device", device])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    verdicts = {(r[0], r[1]): r[2] for r in rows if r and r[0] in STREAMING}
+    expected = {
+        (name, case.label): "refused" if (name, index, device) in REFUSED else "ok"
+        for name in STREAMING
+        for index, case in enumerate(registry.get_operator(name).cases)
+    }
+    assert verdicts == expected
