@@ -10,7 +10,7 @@ import attrs
 import pytest
 from filecheck.main import main as filecheck_main
 
-from iron.core import Device
+from iron.core import Device, OperatorError, registry
 from iron.design import Fill, design_of, to_mlir
 from iron.ops.eltwise import AXPY, ElementwiseAdd
 
@@ -110,3 +110,22 @@ def test_a_sized_line_passes_its_length_to_the_shipped_kernel(tmp_path):
     text = to_mlir(design_of(op))
     assert filecheck(text, SIZED_LINE, tmp_path) == 0, text
     assert filecheck(text.replace("%c256_i32)", "%c0_i32)"), SIZED_LINE, tmp_path) != 0
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_every_streaming_case_emits_a_call_of_its_kernel(device):
+    names = "ElementwiseAdd ElementwiseMul AXPY ReLU LeakyReLU GELU SiLU Sigmoid Tanh Clamp Dequant"
+    emitted = 0
+    for name in names.split():
+        cls = registry.get_operator(name)
+        for case in cls.cases:
+            try:
+                op = cls(**case.params).resolve(Device.from_name(device))
+            except OperatorError:
+                continue  # refusals are asserted in test_designs_streaming
+            design = design_of(op)
+            (kernel,) = design.kernels
+            text = to_mlir(design)
+            assert f"func.call @{kernel.symbol}(" in text, name
+            emitted += 1
+    assert emitted == (21 if device == "npu1" else 22)
