@@ -351,3 +351,12 @@ def test_b_fill_taps_are_blocks_of_the_column_block():
         TAP(5 * 8192, (1, 1, 1, 8192), (0, 0, 0, 1)),
         TAP(13 * 8192, (1, 1, 1, 8192), (0, 0, 0, 1)),
     ]
+
+
+def test_the_counters_equal_the_transfers_patterns():
+    op = FLMGemm(256, 512, 1024).resolve(NPU2)
+    a, b = inputs(op)
+    run = flm_design.run(op, a, b)
+    measured = {name: m.read + m.written for name, m in run.traffic.tensors.items()}
+    assert measured == flm_design.transfer_bytes(run.design)
+    assert measured == {"A": 256 * 512 * 2, "B": 512 * 1024 // 8 * 9, "C": 256 * 1024 * 2}

@@ -408,3 +408,14 @@ def run(op: FLMGemm, A, B, program: Program | None = None) -> Simulation:
     program = program or op.program()
     tensors = {"A": np.asarray(A), "B": b_blocks(B, op.b_format)}
     return simulate(build(op, program), tensors, runtime_params(op, program))
+
+
+def transfer_bytes(design: Design) -> dict[str, int]:
+    """DDR bytes the runtime sequence's transfers move, per tensor, summed
+    from their access patterns (what the simulator's counters measure)."""
+    moved = dict.fromkeys((t.name for t in design.tensors), 0)
+    for task in design.tasks():
+        tensor = design.tensor(task.tensor)
+        count = task.tap.count if task.tap is not None else tensor.size
+        moved[tensor.name] += count * design.fifo(task.fifo).element.nbytes
+    return moved
