@@ -29,6 +29,7 @@ from iron.design import (
     memtile,
     shim,
     simulate,
+    to_mlir,
     usage,
 )
 
@@ -170,7 +171,5 @@ def test_a_forward_sends_each_source_object_whole_in_smaller_objects(npu2):
 
 
 def test_to_mlir_refuses_a_programmed_pool_by_name(npu2):
-    from iron.design import to_mlir
-
-    with pytest.raises(DesignError, match="link pool: programmed pools .* are not emitted yet"):
+    with pytest.raises(DesignError, match=r"link pool: programmed pools .* are not emitted yet"):
         to_mlir(replay(npu2))
