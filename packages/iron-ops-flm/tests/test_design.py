@@ -77,6 +77,35 @@ def test_one_image_serves_every_shape():
     assert len({d.sequence for d in designs}) == 3
 
 
+@pytest.mark.parametrize(
+    "device, params, slots",
+    [
+        (NPU2, dict(M=256, K=1024, N=512), 8),  # tile_n 64: capped at 8
+        (NPU2, dict(M=256, K=512, N=1024), 3),  # tile_n 128
+        (NPU1, dict(M=256, K=1024, N=512, b_format="bf16"), 5),  # fills the overlay's memtile
+    ],
+    ids=["npu2-tn64", "npu2-tn128", "npu1-bf16"],
+)
+def test_each_column_pool_has_the_overlays_slot_count(device, params, slots):
+    design = design_of(FLMGemm(**params).resolve(device))
+    for c in range(device.columns):
+        link = design.link(f"pool{c}")
+        assert link.programmed and link.tile.col == c
+        (end,) = design.fifo(f"B{c}_in").consumers
+        assert end.depth == slots
+
+
+@pytest.mark.parametrize(
+    "M, slabs", [(16128, [63]), (16384, [32, 32])], ids=["63-units", "64-units"]
+)
+def test_residency_up_to_the_lock_maximum_fits_the_device(M, slabs):
+    op = FLMGemm(M, 512, 1024).resolve(NPU2)
+    assert [s.units for s in op.program().slabs] == slabs
+    design = design_of(op)
+    assert {s.value for s in design.sequence if isinstance(s, SetLock)} == set(slabs)
+    assert check(design).ok
+
+
 def test_per_shape_values_are_runtime_parameters():
     op = FLMGemm(768, 1536, 1280, epilogue="gelu", clamp=(-1.0, 2.0)).resolve(NPU2)
     params = flm_design.runtime_params(op)
@@ -151,6 +180,10 @@ def test_simulation_runs_the_epilogues_and_formats(params):
 )
 def test_simulation_on_npu1_bf16(shape):
     within_tolerance(FLMGemm(*shape, b_format="bf16", epilogue="silu").resolve(NPU1))
+
+
+def test_simulation_of_a_llama_1b_projection():
+    within_tolerance(FLMGemm(256, 2048, 512).resolve(NPU2))  # k/v at M = 256
 
 
 def test_simulation_on_a_narrower_array():
