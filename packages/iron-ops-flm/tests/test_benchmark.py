@@ -48,7 +48,11 @@ def test_designs_table_is_measured_and_current(capsys):
     assert "| npu2 | M=256,K=512,N=1024 | ok | 32 |" in table
     assert "| 262144 | 589824 | 589824 | 524288 | within tolerance |" in table
     # npu1 has no block floats: the bfp16 cases are refused by that rule
-    assert table.count("| npu1 |") == 4 and table.count("refused: FLMGemm: b_format='bfp16'") == 3
-    assert "violation" not in table and "OUTSIDE" not in table
+    assert table.count("refused: FLMGemm: b_format='bfp16'") == 3
+    assert table.count("refused: DequantBFP: device=npu1") == 2
+    # DequantBFP, 1024 x 128: q once (5 * 128 * 1024 / 8), B once (1024 * 128 / 8 * 9)
+    assert "| npu2 | K=1024,N=128 | ok | 2 |" in table
+    assert "| 81920 | 81920 | 147456 | 147456 | byte for byte |" in table
+    assert "violation" not in table and "OUTSIDE" not in table and "DIFFERS" not in table
     readme = module.README.read_text()
     assert f"<!-- bench:designs -->\n{table}\n<!-- /bench:designs -->" in readme

@@ -63,6 +63,15 @@ from iron.design import (
     shipped,
     simulate,
 )
+from iron.ops.flm.dequant import (
+    BLOCK_BYTES,
+    BLOCK_K,
+    BLOCK_N,
+    CT_K,
+    TILE_N,
+    encode_block,
+    q4nx_size,
+)
 from iron.ops.flm.gemm import (
     CT_OUT_LEN,
     LUT_BYTES,
@@ -73,7 +82,7 @@ from iron.ops.flm.gemm import (
     k_block_product,
     l1_fit,
 )
-from iron.ops.flm.packing import GROUP, BFormat, Rounding, read_chunk
+from iron.ops.flm.packing import GROUP, BFormat, Rounding, S, T, read_chunk
 from iron.ops.flm.schedule import A_DEPTH, C_DEPTH, K_TILE, M_TILE, Program, pushes
 
 FIRST_CORE_ROW = 2  # rows 0 and 1 are the shim and the memtile
@@ -419,3 +428,57 @@ def transfer_bytes(design: Design) -> dict[str, int]:
         count = task.tap.count if task.tap is not None else tensor.size
         moved[tensor.name] += count * design.fifo(task.fifo).element.nbytes
     return moved
+
+
+# ---- DequantBFP -------------------------------------------------------------------------
+
+
+def dequant_design(K: int, N: int, device) -> Design:
+    """DequantBFP's design: column c dequantizes column blocks c, c + cols,
+    ... (64 n each: q4nx block rows 2cb and 2cb + 1, contiguous in q). A
+    q4nx block (32 n x 256 k) gives 1024 bfp16ebs8 blocks: two k-slices x
+    4 runs of 128, one run per 8 n, which the drain places."""
+    cols = min(device.columns, N // TILE_N)
+    per_block = BLOCK_N * BLOCK_K // GROUP  # bfp16 blocks out of one q4nx block
+    kernel = Kernel(
+        "dequant_q4nx_bfp16",
+        (Memref((BLOCK_BYTES,), "u8"), Memref((per_block,), "bfp16ebs8")),
+        shipped("iron.ops.flm", "kernels/dequant_q4nx.cc"),
+        encode_block,
+    )
+    fifos, workers = [], []
+    for c in range(cols):
+        name = f"dequant_{c}"
+        fifos += [
+            ObjectFifo(f"q{c}", (BLOCK_BYTES,), "u8", shim(), (core(name),)),
+            ObjectFifo(f"b{c}", (per_block,), "bfp16ebs8", core(name), (shim(),)),
+        ]
+        body = (
+            Acquire(f"q{c}"),
+            Acquire(f"b{c}"),
+            Call(kernel, (Obj(f"q{c}"), Obj(f"b{c}"))),
+            Release(f"q{c}"),
+            Release(f"b{c}"),
+        )
+        workers.append(Worker(name, body, tile=Tile(c, FIRST_CORE_ROW)))
+    k_quarters = K // BLOCK_K  # q4nx blocks along k
+    # one q4nx block's output: its k-slices a slice apart, in runs of 8 n
+    slices, runs, run = BLOCK_K // CT_K, BLOCK_N // T, CT_K // S * T
+    sequence = []
+    for cb in range(N // TILE_N):
+        c = cb % cols
+        rows = TAP.linear(2 * k_quarters * BLOCK_BYTES, offset=2 * cb * k_quarters * BLOCK_BYTES)
+        sequence.append(Fill(f"q{c}", "q", rows, group=f"cb{cb}"))
+        for half in range(2):  # n 0..31, then 32..63 of the column block
+            tap = TAP(
+                cb * K * TILE_N // GROUP + half * runs * run,
+                (k_quarters, slices, runs, run),
+                (slices * per_block, TILE_N // T * run, run, 1),
+            )
+            sequence.append(Drain(f"b{c}", "B", tap, group=f"cb{cb}"))
+        sequence.append(Finish(f"cb{cb}"))
+    tensors = (
+        Tensor("q", (q4nx_size(K, N),), "u8", IN),
+        Tensor("B", (K * N // GROUP,), "bfp16ebs8", OUT),
+    )
+    return Design(f"dequant_bfp_K{K}_N{N}", device, tensors, fifos, workers, sequence)
