@@ -193,3 +193,30 @@ def test_the_repeat_checks_notice_a_wrong_pattern(tmp_path):
     op = Repeat(rows=8, cols=64, repeat=4).resolve(Device.from_name("npu1"))
     wrong = with_transfer(design_of(op), Drain, tiled)
     assert filecheck(to_mlir(wrong), REPEAT_CHECKS, tmp_path)[0] != 0
+
+
+def test_bf16_cannot_be_transposed_by_access_patterns_alone():
+    """Why Transpose has no design: a memtile reordering an 8 x 8 bf16 tile
+    column by column breaks the DMA's 4-byte word."""
+    from iron.core import IN, OUT
+    from iron.design import Design, ObjectFifo, Tensor, forward, memtile, shim
+    from iron.ops.eltwise import Transpose
+
+    tile = (8, 8)
+    design = Design(
+        "transpose_bf16",
+        Device.from_name("npu2"),
+        (Tensor("x", tile, "bf16", IN), Tensor("y", tile, "bf16", OUT)),
+        fifos=(
+            ObjectFifo("in", (64,), "bf16", shim(), (memtile("fwd"),)),
+            ObjectFifo(
+                "out", (64,), "bf16", memtile("fwd"), (shim(),), dims_to_stream=((8, 1), (8, 8))
+            ),
+        ),
+        workers=(),
+        links=(forward("fwd", "in", "out"),),
+        sequence=(Fill("in", "x", TAP.linear(64)), Drain("out", "y", TAP.linear(64))),
+    )
+    problems = [str(v) for v in check(design).violations]
+    assert any("2-byte elements move as whole 4-byte words" in p for p in problems), problems
+    assert not hasattr(Transpose, "design")
