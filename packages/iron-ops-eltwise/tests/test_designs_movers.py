@@ -220,3 +220,24 @@ def test_bf16_cannot_be_transposed_by_access_patterns_alone():
     problems = [str(v) for v in check(design).violations]
     assert any("2-byte elements move as whole 4-byte words" in p for p in problems), problems
     assert not hasattr(Transpose, "design")
+
+
+SWEEP = [
+    Repeat(rows=2, cols=cols, repeat=times)
+    for cols in (2, 1024, 2046, 4096, 3 * 2046, 1023 * 2 * 5)
+    for times in (1, 64)
+] + [
+    StridedCopy(input_buffer_size=n, output_buffer_size=n, sizes=(n,), strides=(1,))
+    for n in (2, 2 * 20011, 1 << 18)
+] + [MemCopy(size=1 << 16, num_channels=2)]  # fmt: skip
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+@pytest.mark.parametrize("op", SWEEP, ids=repr)
+def test_a_mover_fits_and_is_exact_beyond_its_cases(op, device):
+    op = op.resolve(Device.from_name(device))
+    design = design_of(op)
+    report = check(design)
+    assert report.ok, "\n".join(map(str, report.violations))
+    given = inputs(op)
+    assert (bits(simulate(design, given)["y"]) == bits(expected(op, given))).all()

@@ -332,3 +332,39 @@ def test_the_rms_norm_checks_notice_a_weight_read_per_row(tmp_path):
         design, workers=(attrs.evolve(worker, body=(inner,)), *design.workers[1:])
     )
     assert filecheck(to_mlir(per_row), WEIGHTED_RMS_NORM_CHECKS, tmp_path)[0] != 0
+
+
+# ---- beyond the declared cases: every design fits, or is refused by name ----------------
+
+WIDTHS = (2, 32, 4096, 4160, 8064, 8192)
+SWEEP = [
+    *(RMSNorm(size=2 * t, tile_size=t, weighted=w) for t in WIDTHS for w in (False, True)),
+    *(LayerNorm(rows=2, cols=c) for c in WIDTHS),
+    *(Softmax(rows=2, cols=c, num_channels=2) for c in WIDTHS),
+    *(RoPE(rows=4, cols=c, angle_rows=a) for c in WIDTHS if c % 32 == 0 for a in (1, 2)),
+]
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+@pytest.mark.parametrize("op", SWEEP, ids=repr)
+def test_a_design_fits_and_runs_or_is_refused_by_name(op, device):
+    resolved_op = op.resolve(Device.from_name(device))
+    try:
+        design = design_of(resolved_op)
+    except OperatorError as refusal:
+        assert str(refusal).startswith(f"{type(op).__name__}: "), refusal
+        return
+    report = check(design)
+    assert report.ok, "\n".join(map(str, report.violations))
+    given = inputs(resolved_op)
+    verdict = compare(run_design(resolved_op, given, design), reference(resolved_op, given),
+                      resolved_op.tolerance())  # fmt: skip
+    assert verdict, verdict.detail
+
+
+def test_a_weighted_row_that_leaves_no_room_is_refused():
+    op = RMSNorm(size=8192, tile_size=8192, weighted=True).resolve(Device.from_name("npu2"))
+    with pytest.raises(
+        OperatorError, match=r"RMSNorm: tile_size=8192: 4 rows of 8192 bf16 and the"
+    ):
+        design_of(op)

@@ -13,9 +13,10 @@ from iron.core import IN, INOUT, OUT, Device
 from iron.design import TAP, Design, Drain, Fill, ObjectFifo, Tensor, forward, memtile, shim
 from iron.design.model import element_type
 
-#: the largest object a mover's lane holds: two of them double-buffered take
-#: 64 KiB of a memtile's 512 KiB (Device.memtile_bytes), so eight lanes fit
-LANE_OBJECT_BYTES = 32 * 1024
+#: the largest object StridedCopy's one lane holds: double-buffered, half of
+#: a memtile's 512 KiB (Device.memtile_bytes; a forward's two fifos share one
+#: pool)
+LANE_OBJECT_BYTES = 128 * 1024
 
 
 def lane_object(count: int, itemsize: int) -> int:
@@ -97,7 +98,8 @@ def repeat(
 ) -> Design:
     """np.repeat on rows: the fill reads x `times` over (its outermost
     stride 0) and the drain interleaves the copies; a row moves as `split`
-    (count, run). One object per row."""
+    (count, run), one object per run (at most 1023 words: any row fits a
+    memtile)."""
     count, run = split
     sizes = (times, rows, count, run)
     fill = TAP(0, sizes, (0, cols, run, 1))
@@ -106,4 +108,4 @@ def repeat(
         Tensor("x", (rows, cols), dtype, IN),
         Tensor("y", (rows * times, cols), dtype, OUT),
     )
-    return dma_design("repeat", device, tensors, [(0, cols, fill, drain)], dtype)
+    return dma_design("repeat", device, tensors, [(0, run, fill, drain)], dtype)

@@ -285,6 +285,7 @@ def row_design(
     channels: int,
     per_row,
     *,
+    who: tuple[str, str],
     inputs: tuple[Tensor, ...] = (),
     weight: bool = False,
     angle_rows: int | None = None,
@@ -295,13 +296,23 @@ def row_design(
     gives core k's ops for one row, between acquiring x{k}, y{k} (and
     holding w, a{k}) and releasing x{k}, y{k}. `weight`: a (cols,) tensor
     broadcast to every core through a memtile, acquired once per run.
+    `who` (operator, parameter) names the row length in a refusal.
     `angle_rows`: an (angle_rows, cols) tensor streamed to each core beside
     its rows, one angle row held for rows/angle_rows consecutive rows."""
     cores = columns * channels
     share = rows // cores
-    # two objects each of x and y double-buffer a row; past 4096 elements
-    # (four 16 KiB rows with the stack exceed a core's 64 KiB) they take one
+    # two objects each of x and y (and the angles) double-buffer a row; past
+    # 4096 elements (four 16 KiB rows and the stack exceed a core's 64 KiB)
+    # they take one
     depth = 2 if cols <= 4096 else 1
+    row_objects = depth * (3 if angle_rows is not None else 2) + int(weight) + len(buffers)
+    operator, parameter = who
+    held = device.core_stack_bytes + row_objects * cols * 2
+    require_design(
+        operator, parameter, cols, held <= device.core_bytes,
+        f"{row_objects} rows of {cols} bf16 and the {device.core_stack_bytes}-byte stack "
+        f"take {held} bytes of a core's {device.core_bytes}",
+    )  # fmt: skip
     tensors = [Tensor("x", (rows, cols), "bf16", IN), *inputs]
     fifos, workers, fills, drains, links = [], [], [], [], []
     if weight:
@@ -330,7 +341,7 @@ def row_design(
             body = (Loop(share, row_ops),)
         else:
             a, angle_share = f"a{k}", angle_rows // cores
-            fifos.append(ObjectFifo(a, (cols,), "bf16", shim(), (core(worker),)))
+            fifos.append(ObjectFifo(a, (cols,), "bf16", shim(), (core(worker),), depth=depth))
             fills.append(Fill(a, "angles", TAP.linear(angle_share * cols, k * angle_share * cols)))
             body = (
                 Loop(angle_share, (Acquire(a), Loop(share // angle_share, row_ops), Release(a))),
@@ -362,6 +373,7 @@ def rms_norm(tile_size, rows, weighted, eps, columns, channels, device) -> Desig
         return row_design(
             "rms_norm", device, rows, tile_size, columns, channels,
             lambda k: (Call(norm, (Obj(f"x{k}"), Obj(f"y{k}"), tile_size)),),
+            who=("RMSNorm", "tile_size"),
         )  # fmt: skip
     mul = mul_kernel(arch, tile_size)
     return row_design(
@@ -370,6 +382,7 @@ def rms_norm(tile_size, rows, weighted, eps, columns, channels, device) -> Desig
             Call(norm, (Obj(f"x{k}"), Buf("normed"), tile_size)),
             Call(mul, (Buf("normed"), Obj("w"), Obj(f"y{k}"), tile_size)),
         ),
+        who=("RMSNorm", "tile_size"),
         weight=True,
         buffers=(LocalBuffer("normed", (tile_size,), "bf16"),),
     )  # fmt: skip
@@ -392,6 +405,7 @@ def layer_norm(rows, cols, eps, columns, channels, device) -> Design:
     return row_design(
         "layer_norm", device, rows, cols, columns, channels,
         lambda k: (Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), *sizes)),),
+        who=("LayerNorm", "cols"),
     )  # fmt: skip
 
 
@@ -407,6 +421,7 @@ def softmax(rows, cols, columns, channels, device) -> Design:
     return row_design(
         "softmax", device, rows, cols, columns, channels,
         lambda k: (Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), Param("valid"))),),
+        who=("Softmax", "cols"),
         params=("valid",),
     )  # fmt: skip
 
@@ -416,5 +431,6 @@ def rope(rows, cols, angle_rows, method, columns, channels, device) -> Design:
     return row_design(
         "rope", device, rows, cols, columns, channels,
         lambda k: (Call(kernel, (Obj(f"x{k}"), Obj(f"a{k}"), Obj(f"y{k}"), cols)),),
+        who=("RoPE", "cols"),
         angle_rows=angle_rows,
     )  # fmt: skip
