@@ -123,7 +123,7 @@ MUTATIONS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("cls, case, device", [p for p in CASES if "npu2" in p.id])
+@pytest.mark.parametrize("cls, case, device", CASES)
 def test_a_changed_transfer_changes_the_output(cls, case, device):
     op = resolved(cls, case, device)
     given = inputs(op, seed=1)

@@ -19,6 +19,7 @@ from iron.design import (
     Fill,
     KernelError,
     Loop,
+    Param,
     check,
     design_of,
     simulate,
@@ -199,7 +200,7 @@ def interleaved(tap: TAP) -> TAP:
 
 
 def with_call_length(design, length):
-    """Every kernel call's first int (the row length) set to `length`."""
+    """Every kernel call's first scalar (the row length) set to `length`."""
 
     def edit(body):
         out = []
@@ -208,7 +209,7 @@ def with_call_length(design, length):
                 op = attrs.evolve(op, body=edit(op.body))
             elif isinstance(op, Call):
                 args = list(op.args)
-                first = next(i for i, a in enumerate(args) if type(a) is int)
+                first = next(i for i, a in enumerate(args) if isinstance(a, (int, Param)))
                 args[first] = length
                 op = attrs.evolve(op, args=tuple(args))
             out.append(op)
@@ -218,7 +219,7 @@ def with_call_length(design, length):
     return attrs.evolve(design, workers=workers)
 
 
-@pytest.mark.parametrize("cls", [RMSNorm, LayerNorm, RoPE])
+@pytest.mark.parametrize("cls", ROWS)
 def test_a_changed_fill_changes_the_output(cls):
     op = resolved(cls, cls.cases[0], "npu2")
     given = inputs(op)
@@ -226,15 +227,12 @@ def test_a_changed_fill_changes_the_output(cls):
     assert not compare(y, reference(op, given), op.tolerance())
 
 
-@pytest.mark.parametrize("cls", [RMSNorm, LayerNorm, RoPE])
+@pytest.mark.parametrize("cls", ROWS)
 def test_a_changed_kernel_call_changes_the_output(cls):
     op = resolved(cls, cls.cases[0], "npu1")
     given = inputs(op)
-    y = run_design(
-        op,
-        given,
-        with_call_length(design_of(op), op.cols // 2 if cls is not RMSNorm else op.tile_size // 2),
-    )
+    half_row = (op.tile_size if cls is RMSNorm else op.cols) // 2
+    y = run_design(op, given, with_call_length(design_of(op), half_row))
     assert not compare(y, reference(op, given), op.tolerance())
 
 

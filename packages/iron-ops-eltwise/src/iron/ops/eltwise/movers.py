@@ -5,12 +5,11 @@ the output is bit-exact by construction."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-import numpy as np
-
 from iron.core import IN, INOUT, OUT, Device
-from iron.design import TAP, Design, Drain, Fill, ObjectFifo, Tensor, forward, memtile, shim
+from iron.design import TAP, Design, Drain, Fill, Link, ObjectFifo, Tensor, forward, memtile, shim
 from iron.design.model import element_type
 
 #: the largest object StridedCopy's one lane holds: double-buffered, half of
@@ -28,7 +27,7 @@ def lane_object(count: int, itemsize: int) -> int:
     return next(n for n in range(min(count, cap), 0, -1) if count % n == 0 and n % per_word == 0)
 
 
-def _lane(name: str, column: int, obj: int, dtype) -> tuple[tuple[ObjectFifo, ...], object]:
+def _lane(name: str, column: int, obj: int, dtype) -> tuple[tuple[ObjectFifo, ...], Link]:
     """The two fifos and the forward of one lane through column `column`'s memtile."""
     link = f"{name}_fwd"
     fifos = (
@@ -86,7 +85,7 @@ def strided_copy(
     """The gather is the fill's access pattern; the drain writes the window
     of y contiguously. y is INOUT: elements outside the window are never
     written."""
-    count = int(np.prod(sizes))
+    count = math.prod(sizes)
     obj = lane_object(count, element_type(dtype).nbytes)
     lane = (0, obj, TAP(in_offset, sizes, strides), TAP.linear(count, out_offset))
     tensors = (Tensor("x", (input_size,), dtype, IN), Tensor("y", (output_size,), dtype, INOUT))
