@@ -12,9 +12,9 @@ from iron.core import IN, OUT, ArgSpec, Case, Operator, Tolerance, bf16, require
 from iron.ops.eltwise.common import ROW_CAP, check_array, default_array
 
 METHODS = ("two_halves", "interleaved")
-#: one conversion of a float32 result by truncation: under one bf16 ulp, which
-#: is at most 2^-7 of the value
-TRUNCATED = Tolerance.relative(2**-7)
+#: one conversion of a float32 result toward minus infinity: under one bf16
+#: ulp, which is at most 2^-7 of the value
+FLOORED = Tolerance.relative(2**-7)
 _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -99,9 +99,9 @@ class RoPE(Operator):
 
     def tolerance(self, device=None, *, inputs=None):
         # products of bf16 values are exact in float32; the rotated sum is
-        # converted once, by truncation (mlir-aie's rope kernel leaves the
-        # cores' reset rounding mode, floor): less than one bf16 ulp, 2^-7
-        return TRUNCATED
+        # converted once, toward minus infinity (mlir-aie's rope kernel leaves
+        # the cores' reset rounding mode, floor): under one bf16 ulp, 2^-7
+        return FLOORED
 
 
 def angle_table(

@@ -13,7 +13,8 @@ August 2026): bf16 loads, float32 accumulators, and a bf16 store per
 vector conversion. A vector conversion rounds by the core's rounding mode:
 a kernel that sets `conv_even` rounds to nearest even (and the mode stays
 set for later kernels on that core), otherwise the core's reset mode,
-`floor`, truncates toward minus infinity. A scalar `(bfloat16)` cast in C++
+`floor`, rounds toward minus infinity (mlir-aie's aie2p layer_norm.cc names
+floor the default). A scalar `(bfloat16)` cast in C++
 rounds to nearest even. The cores' `invsqrt`, `inv`, `exp2` and lookup-table
 exp are approximations whose exact bits are not published; the models use
 the float32 functions in their place, and the operators' tolerances are
@@ -105,7 +106,7 @@ def rms_norm_model(arch: str, x, y, cols) -> None:
     """mlir-aie `rms_norm` (aie_kernels/{arch}/rms_norm.cc), eps 1e-5.
     aie2 sets conv_even and scales by the float32 inverse split into a bf16
     pair (x * hi + x * lo in float32): one rounding per output. aie2p
-    rounds the inverse to bf16 and truncates x * inverse (reset mode)."""
+    rounds the inverse to bf16 and floors x * inverse (reset mode)."""
     lanes = 32 if arch == "aie2" else 16
     v = _f32(x[:cols])
     inverse = np.float32(1) / np.sqrt(
@@ -168,7 +169,7 @@ def softmax_model(arch: str, x, y, valid) -> None:
     aie2: exp by lookup table, with no max subtracted; aie2p: exp2 of
     x * log2e (log2e a bf16 constant, 1.4453125) less the largest scaled
     value (at least 0). Both sum the bf16 exponentials in float32, scale by
-    the bf16 inverse of the sum, and truncate (reset mode)."""
+    the bf16 inverse of the sum, and floor (reset mode)."""
     lanes = LANES[arch]
     if valid % lanes:
         raise ValueError(
@@ -190,7 +191,7 @@ def softmax_model(arch: str, x, y, valid) -> None:
 def rope_model(method: str, x, angles, y, cols) -> None:
     """mlir-aie `rope` / `rope_two_halves` (aie_kernels/generic/rope.cc,
     built for either generation): each output is x1 cos -/+ x2 sin held in
-    a float32 accumulator (the bf16 products are exact) and truncated once
+    a float32 accumulator (the bf16 products are exact) and floored once
     (the kernel leaves the reset mode)."""
     v, a = _f32(x[:cols]), _f32(angles[:cols])
     cos, sin = a[0::2], a[1::2]
