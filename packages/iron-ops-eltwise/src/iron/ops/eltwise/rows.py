@@ -8,9 +8,13 @@ weight) is read from DDR once and broadcast by a memtile to every core,
 which holds it across all its rows. RoPE's angle rows stream beside x: one
 angle row is held while the rows/angle_rows consecutive rows it serves pass.
 
-Kernel models follow the C++ of mlir-aie's `aie_kernels` (mlir-aie main,
-August 2026): bf16 loads, float32 accumulators, and a bf16 store per
-vector conversion. A vector conversion rounds by the core's rounding mode:
+Kernel models follow the C++ of mlir-aie's `aie_kernels` as read at these
+mlir-aie commits (the files changed over 2025-2026; a model is only as
+current as the source it was read from): aie2/rms_norm.cc 81a47f7,
+aie2p/rms_norm.cc cbeca7f, aie2p/mul.cc c53d461, aie2/layer_norm.cc 1884eeb,
+aie2p/layer_norm.cc 08c7911, aie2/softmax.cc 1351c7a, aie2p/softmax.cc
+ad4f674, generic/rope.cc 06f23a4. Each has bf16 loads, float32
+accumulators, and a bf16 store per vector conversion. A vector conversion rounds by the core's rounding mode:
 a kernel that sets `conv_even` rounds to nearest even (and the mode stays
 set for later kernels on that core), otherwise the core's reset mode,
 `floor`, rounds toward minus infinity (mlir-aie's aie2p layer_norm.cc names
