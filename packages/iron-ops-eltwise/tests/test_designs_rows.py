@@ -158,7 +158,7 @@ def test_each_design_links_the_kernel_of_its_generation(op, device, symbols):
     dev = Device.from_name(device)
     kernels = design_of(op.resolve(dev)).kernels
     found = [(k.symbol, k.source.path_for(dev.arch), len(k.args)) for k in kernels]
-    assert found == symbols
+    assert found == [("set_rounding_conv_even", "generic/set_rounding.cc", 0), *symbols]
 
 
 # ---- Softmax's per-call valid is a runtime parameter ---------------------------------------
@@ -207,7 +207,7 @@ def with_call_length(design, length):
         for op in body:
             if isinstance(op, Loop):
                 op = attrs.evolve(op, body=edit(op.body))
-            elif isinstance(op, Call):
+            elif isinstance(op, Call) and any(isinstance(a, (int, Param)) for a in op.args):
                 args = list(op.args)
                 first = next(i for i, a in enumerate(args) if isinstance(a, (int, Param)))
                 args[first] = length
@@ -263,7 +263,8 @@ CHECK-DAG:  %[[CORE1:.+]] = aie.tile(1, 2)
 CHECK:      aie.objectfifo @weight_in(%[[SHIM]], {%[[MEM]]}, [1 : i32, 1 : i32]) : !aie.objectfifo<memref<2048xbf16>>
 CHECK-NEXT: aie.objectfifo @w(%[[MEM]], {%[[CORE0]], %[[CORE1]]}, [1 : i32, 1 : i32, 1 : i32]) : !aie.objectfifo<memref<2048xbf16>>
 CHECK:      aie.objectfifo.link [@weight_in] -> [@w]([] [])
-CHECK:      func.func private @rms_norm(memref<2048xbf16>, memref<2048xbf16>, i32) attributes {link_with = "rms_norm.o"}
+CHECK:      func.func private @set_rounding_conv_even() attributes {link_with = "set_rounding_conv_even.o"}
+CHECK-NEXT: func.func private @rms_norm(memref<2048xbf16>, memref<2048xbf16>, i32) attributes {link_with = "rms_norm.o"}
 CHECK-NEXT: func.func private @eltwise_mul_bf16_vector_size(memref<2048xbf16>, memref<2048xbf16>, memref<2048xbf16>, i32) attributes {link_with = "eltwise_mul_bf16_vector_size.o"}
 CHECK:      %[[NORMED:.+]] = aie.buffer(%[[CORE0]]) {sym_name = "core0_normed"} : memref<2048xbf16>
 CHECK:      aie.core(%[[CORE0]]) {
@@ -271,6 +272,7 @@ CHECK:      %[[W:.+]] = aie.objectfifo.acquire @w(Consume, 1)
 CHECK:      scf.for
 CHECK:      %[[X:.+]] = aie.objectfifo.acquire @x0(Consume, 1)
 CHECK-NEXT: %[[Y:.+]] = aie.objectfifo.acquire @y0(Produce, 1)
+CHECK-NEXT: func.call @set_rounding_conv_even() : () -> ()
 CHECK-NEXT: %[[XV:.+]] = aie.objectfifo.subview.access %[[X]][0]
 CHECK-NEXT: func.call @rms_norm(%[[XV]], %[[NORMED]], %{{.+}})
 CHECK-NEXT: %[[WV:.+]] = aie.objectfifo.subview.access %[[W]][0]
@@ -366,3 +368,13 @@ def test_a_weighted_row_that_leaves_no_room_is_refused():
         OperatorError, match=r"RMSNorm: tile_size=8192: 4 rows of 8192 bf16 and the"
     ):
         design_of(op)
+
+
+@pytest.mark.parametrize("case", RoPE.cases, ids=lambda c: c.label)
+def test_rope_design_rounds_once_as_its_reference_does(case):
+    """rope.cc keeps each rotated sum in a float32 accumulator and the design
+    sets conv_even, so the device output is the reference's, bit for bit."""
+    op = RoPE(**case.params).resolve(Device.from_name("npu2"))
+    given = inputs(op, seed=5)
+    y = run_design(op, given)
+    assert (y.view(np.uint16) == reference(op, given).view(np.uint16)).all()

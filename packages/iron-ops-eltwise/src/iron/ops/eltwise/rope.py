@@ -8,13 +8,10 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 
-from iron.core import IN, OUT, ArgSpec, Case, Operator, Tolerance, bf16, require, tunable
-from iron.ops.eltwise.common import ROW_CAP, check_array, default_array
+from iron.core import IN, OUT, ArgSpec, Case, Operator, bf16, require, tunable
+from iron.ops.eltwise.common import ROUNDED, ROW_CAP, check_array, default_array
 
 METHODS = ("two_halves", "interleaved")
-#: one conversion of a float32 result toward minus infinity: under one bf16
-#: ulp, which is at most 2^-7 of the value
-FLOORED = Tolerance.relative(2**-7)
 _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -98,10 +95,8 @@ class RoPE(Operator):
         return y.astype(bf16)
 
     def tolerance(self, device=None, *, inputs=None):
-        # products of bf16 values are exact in float32; the rotated sum is
-        # converted once, toward minus infinity (mlir-aie's rope kernel leaves
-        # the cores' reset rounding mode, floor): under one bf16 ulp, 2^-7
-        return FLOORED
+        # products of bf16 values are exact in float32; the rotated sum rounds once
+        return ROUNDED
 
 
 def angle_table(

@@ -13,15 +13,15 @@ mlir-aie commits (the files changed over 2025-2026; a model is only as
 current as the source it was read from): aie2/rms_norm.cc 81a47f7,
 aie2p/rms_norm.cc cbeca7f, aie2p/mul.cc c53d461, aie2/layer_norm.cc 1884eeb,
 aie2p/layer_norm.cc 08c7911, aie2/softmax.cc 1351c7a, aie2p/softmax.cc
-ad4f674, generic/rope.cc 06f23a4. Each has bf16 loads, float32
-accumulators, and a bf16 store per vector conversion. A vector conversion rounds by the core's rounding mode:
-a kernel that sets `conv_even` rounds to nearest even (and the mode stays
-set for later kernels on that core), otherwise the core's reset mode,
-`floor`, rounds toward minus infinity (mlir-aie's aie2p layer_norm.cc names
-floor the default). A scalar `(bfloat16)` cast in C++
-rounds to nearest even. The cores' `invsqrt`, `inv`, `exp2` and lookup-table
-exp are approximations whose exact bits are not published; the models use
-the float32 functions in their place, and the operators' tolerances are
+ad4f674, generic/rope.cc 06f23a4, generic/set_rounding.cc b94b5c7. Each
+has bf16 loads, float32 accumulators, and a bf16 store per vector
+conversion, which rounds by the core's rounding mode. A core boots in floor
+(generic/set_rounding.cc says so) and only some kernels set conv_even, so
+every worker here calls mlir-aie's `set_rounding_conv_even` before its
+kernels: each conversion then rounds to nearest even, as a C++ scalar `(bfloat16)` cast
+does. The cores' `invsqrt`, `inv`, `exp2` and lookup-table exp are
+approximations whose exact bits are not published; the models use the
+float32 functions in their place, and the operators' tolerances are
 measured against float64 formulas (see the README).
 """
 
@@ -68,25 +68,17 @@ LANES = {"aie2": 16, "aie2p": 32}
 FIRST_CORE_ROW = 2
 
 
-# ---- rounding --------------------------------------------------------------------
+# ---- arithmetic helpers -----------------------------------------------------------
 
 
-def to_bf16(values, mode: str) -> np.ndarray:
-    """float32 -> bf16 as a vector conversion with the core's rounding mode:
-    "even" (conv_even) or "floor" (toward minus infinity, the reset mode)."""
-    f = np.ascontiguousarray(values, np.float32)
-    if mode == "even":
-        return f.astype(bf16)
-    bits = f.view(np.uint32)
-    kept = bits & np.uint32(0xFFFF0000)
-    below = ((bits >> 31) == 1) & ((bits & np.uint32(0xFFFF)) != 0) & ~np.isnan(f)
-    floored = np.where(below, kept + np.uint32(0x10000), kept).astype(np.uint32)
-    return floored.view(np.float32).astype(bf16)  # exact: the low half is zero
+def to_bf16(values) -> np.ndarray:
+    """float32 -> bf16, rounded to nearest even (conv_even, and a C++ cast)."""
+    return np.asarray(values, np.float32).astype(bf16)
 
 
 def cast_bf16(value) -> np.float32:
-    """A scalar C++ `(bfloat16)` cast (nearest even), as float32."""
-    return np.float32(np.array(value, np.float32).astype(bf16))
+    """A scalar rounded to bf16, held as float32 (a bf16 broadcast operand)."""
+    return np.float32(to_bf16(value))
 
 
 def _f32(values) -> np.ndarray:
@@ -103,47 +95,45 @@ def _lane_sum(values: np.ndarray, lanes: int) -> np.float32:
     return np.float32(per_lane.sum(dtype=np.float32) + values[whole:].sum(dtype=np.float32))
 
 
-# ---- kernel models (write y in place, as the C++ does) -------------------------------
+# ---- kernel models (write their outputs in place, as the C++ does) ------------------
+
+
+def set_rounding_model() -> None:
+    """`set_rounding_conv_even` moves no data; the models below round as it sets."""
 
 
 def rms_norm_model(arch: str, x, y, cols) -> None:
-    """mlir-aie `rms_norm` (aie_kernels/{arch}/rms_norm.cc), eps 1e-5.
-    aie2 sets conv_even and scales by the float32 inverse split into a bf16
-    pair (x * hi + x * lo in float32): one rounding per output. aie2p
-    rounds the inverse to bf16 and floors x * inverse (reset mode)."""
+    """mlir-aie `rms_norm` (aie_kernels/{arch}/rms_norm.cc), eps 1e-5: the
+    float32 inverse of the root mean square. aie2 scales by it split into a
+    bf16 pair (x * hi + x * lo in float32): one rounding per output; aie2p
+    rounds it to bf16 first, then rounds each product."""
     lanes = 32 if arch == "aie2" else 16
     v = _f32(x[:cols])
-    inverse = np.float32(1) / np.sqrt(
-        np.float32(_lane_sum(v * v, lanes) / np.float32(cols) + np.float32(KERNEL_EPS))
-    )
+    mean_square = np.float32(_lane_sum(v * v, lanes) / np.float32(cols))
+    inverse = np.float32(1) / np.sqrt(mean_square + np.float32(KERNEL_EPS))
     whole = cols // lanes * lanes
     if arch == "aie2":
         hi = cast_bf16(inverse)
         lo = cast_bf16(inverse - hi)
-        y[:whole] = to_bf16(v[:whole] * hi + v[:whole] * lo, "even")
+        y[:whole] = to_bf16(v[:whole] * hi + v[:whole] * lo)
     else:
-        y[:whole] = to_bf16(v[:whole] * cast_bf16(inverse), "floor")
-    y[whole:cols] = (v[whole:] * inverse).astype(bf16)  # the scalar tail casts
+        y[:whole] = to_bf16(v[:whole] * cast_bf16(inverse))
+    y[whole:cols] = to_bf16(v[whole:] * inverse)  # the scalar tail
 
 
-def mul_model(arch: str, a, b, c, size) -> None:
+def mul_model(x, w, y, size) -> None:
     """mlir-aie `eltwise_mul_bf16_vector_size` (aie_kernels/{arch}/mul.cc):
-    one product per element, converted by the mode the core's previous
-    kernel left (rms_norm: conv_even on aie2, the reset floor on aie2p)."""
-    lanes = 16 if arch == "aie2" else 32
-    whole = size // lanes * lanes
-    product = _f32(a[:size]) * _f32(b[:size])
-    c[:whole] = to_bf16(product[:whole], "even" if arch == "aie2" else "floor")
-    c[whole:size] = product[whole:].astype(bf16)
+    each product of two bf16 values (exact in float32) rounded once."""
+    y[:size] = to_bf16(_f32(x[:size]) * _f32(w[:size]))
 
 
 def layer_norm_model(arch: str, x, y, *sizes) -> None:
     """mlir-aie `layer_norm` (aie_kernels/{arch}/layer_norm.cc), eps 1e-5,
-    no affine. aie2's kernel normalises each column of a (rows, cols)
-    block with Welford's running mean; the design calls it on one row as a
-    (cols, 1) block. aie2p's takes a row: float32 sums of x and x^2,
-    variance E[x^2] - mean^2, conv_even. Both then subtract the bf16 mean
-    and multiply by the bf16 inverse deviation as bf16 vectors."""
+    no affine. aie2's kernel normalises each column of a (rows, cols) block
+    with Welford's running mean; the design calls it on one row as a
+    (cols, 1) block. aie2p's takes a row: float32 sums of x and x^2, variance
+    E[x^2] - mean^2. Both then subtract the bf16 mean and multiply by the
+    bf16 inverse deviation as bf16 vectors, rounding each step."""
     cols = sizes[0]
     v = _f32(x[:cols])
     if arch == "aie2":
@@ -153,14 +143,12 @@ def layer_norm_model(arch: str, x, y, *sizes) -> None:
             mean = np.float32(mean + delta / np.float32(count))
             m2 = np.float32(m2 + delta * (value - mean))
         variance = np.float32(m2 / np.float32(cols))
-        mode = "floor"
     else:
         mean = np.float32(_lane_sum(v, 32) / np.float32(cols))
         variance = np.float32(_lane_sum(v * v, 32) / np.float32(cols) - mean * mean)
-        mode = "even"
     inverse = np.float32(1) / np.sqrt(variance + np.float32(KERNEL_EPS))
-    centred = to_bf16(v - cast_bf16(mean), mode)
-    y[:cols] = to_bf16(_f32(centred) * cast_bf16(inverse), mode)
+    centred = to_bf16(v - cast_bf16(mean))
+    y[:cols] = to_bf16(_f32(centred) * cast_bf16(inverse))
 
 
 #: the kernels' log2(e) as a bf16 constant (aie2p softmax.cc)
@@ -172,8 +160,8 @@ def softmax_model(arch: str, x, y, valid) -> None:
     `valid` elements, whole vectors only; it writes nothing past them.
     aie2: exp by lookup table, with no max subtracted; aie2p: exp2 of
     x * log2e (log2e a bf16 constant, 1.4453125) less the largest scaled
-    value (at least 0). Both sum the bf16 exponentials in float32, scale by
-    the bf16 inverse of the sum, and floor (reset mode)."""
+    value (at least 0). Both sum the bf16 exponentials in float32 and scale
+    them by the bf16 inverse of the sum."""
     lanes = LANES[arch]
     if valid % lanes:
         raise ValueError(
@@ -181,32 +169,31 @@ def softmax_model(arch: str, x, y, valid) -> None:
             "partial vector unprocessed"
         )
     v = _f32(x[:valid])
-    if arch == "aie2":
-        with np.errstate(over="ignore"):  # past 88.7 the kernel's exp is inf too
-            exps = to_bf16(np.exp(v.astype(np.float64)).astype(np.float32), "floor")
-    else:
-        scaled = v * LOG2E_BF16
-        top = max(np.float32(0), np.float32(to_bf16(scaled, "floor").astype(np.float32).max()))
-        exps = to_bf16(np.exp2((scaled - top).astype(np.float64)).astype(np.float32), "floor")
+    with np.errstate(over="ignore"):  # past 88.7 the kernel's exp is inf too
+        if arch == "aie2":
+            exps = to_bf16(np.exp(v.astype(np.float64)))
+        else:
+            scaled = v * LOG2E_BF16  # exact: a product of two bf16 values
+            top = max(np.float32(0), _f32(to_bf16(scaled)).max())
+            exps = to_bf16(np.exp2((scaled - top).astype(np.float64)))
     inverse = cast_bf16(np.float32(1) / _lane_sum(_f32(exps), lanes))
-    y[:valid] = to_bf16(_f32(exps) * inverse, "floor")
+    y[:valid] = to_bf16(_f32(exps) * inverse)
 
 
 def rope_model(method: str, x, angles, y, cols) -> None:
     """mlir-aie `rope` / `rope_two_halves` (aie_kernels/generic/rope.cc,
     built for either generation): each output is x1 cos -/+ x2 sin held in
-    a float32 accumulator (the bf16 products are exact) and floored once
-    (the kernel leaves the reset mode)."""
+    a float32 accumulator (the bf16 products are exact), rounded once."""
     v, a = _f32(x[:cols]), _f32(angles[:cols])
     cos, sin = a[0::2], a[1::2]
     if method == "two_halves":
         x1, x2 = v[: cols // 2], v[cols // 2 :]
-        y[: cols // 2] = to_bf16(x1 * cos - x2 * sin, "floor")
-        y[cols // 2 : cols] = to_bf16(x2 * cos + x1 * sin, "floor")
+        y[: cols // 2] = to_bf16(x1 * cos - x2 * sin)
+        y[cols // 2 : cols] = to_bf16(x2 * cos + x1 * sin)
     else:
         x1, x2 = v[0::2], v[1::2]
-        y[0:cols:2] = to_bf16(x1 * cos - x2 * sin, "floor")
-        y[1:cols:2] = to_bf16(x1 * sin + x2 * cos, "floor")
+        y[0:cols:2] = to_bf16(x1 * cos - x2 * sin)
+        y[1:cols:2] = to_bf16(x1 * sin + x2 * cos)
 
 
 # ---- kernels ---------------------------------------------------------------------
@@ -214,6 +201,16 @@ def rope_model(method: str, x, angles, y, cols) -> None:
 
 def _row(cols: int) -> Memref:
     return Memref((cols,), "bf16")
+
+
+#: set_rounding_conv_even(), built with -DROUNDING_MODE=conv_even
+SET_ROUNDING = Kernel(
+    "set_rounding_conv_even",
+    (),
+    aie_kernels("generic/set_rounding.cc"),
+    set_rounding_model,
+    flags=("-DROUNDING_MODE=conv_even",),
+)
 
 
 def rms_norm_kernel(arch: str, cols: int) -> Kernel:
@@ -234,7 +231,7 @@ def mul_kernel(arch: str, cols: int) -> Kernel:
         "eltwise_mul_bf16_vector_size",
         (row, row, row, Scalar("i32")),
         aie_kernels("{arch}/mul.cc"),
-        functools.partial(mul_model, arch),
+        mul_model,
     )
 
 
@@ -340,7 +337,11 @@ def row_design(
             ObjectFifo(x, (cols,), "bf16", shim(), (core(worker),), depth=depth),
             ObjectFifo(y, (cols,), "bf16", core(worker), (shim(),), depth=depth),
         ]
-        row_ops = (Acquire(x), Acquire(y), *per_row(k), Release(x), Release(y))
+        # conv_even before every row's kernels: once per row, not once per run,
+        # because an idle forever worker must wait at the top of its body; the
+        # call writes one control register
+        rounding = Call(SET_ROUNDING, ())
+        row_ops = (Acquire(x), Acquire(y), rounding, *per_row(k), Release(x), Release(y))
         fills.append(Fill(x, "x", TAP.linear(share * cols, k * share * cols)))
         drains.append(Drain(y, "y", TAP.linear(share * cols, k * share * cols), wait=True))
         if angle_rows is None:
