@@ -1,15 +1,40 @@
-"""Designs of the data movers (MemCopy, StridedCopy, Repeat): DMA only, no
-core kernel. Each lane is a fifo from a shim into a memtile link and a fifo
-from the link back to the shim; the runtime access patterns do the work, so
-the output is bit-exact by construction."""
+"""Designs of the data movers. MemCopy, StridedCopy and Repeat are DMA only:
+each lane is a fifo from a shim into a memtile link and a fifo from the link
+back to the shim, and the runtime access patterns do the work. Transpose
+needs a core only to swap the bf16 halves of DMA words (mlir-aie's
+transpose_8x8 kernel moves bytes); its memtile's 4-D pattern does the rest.
+Every output is bit-exact by construction."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
 from iron.core import IN, INOUT, OUT, Device
-from iron.design import TAP, Design, Drain, Fill, Link, ObjectFifo, Tensor, forward, memtile, shim
+from iron.design import (
+    TAP,
+    Acquire,
+    Call,
+    Design,
+    Drain,
+    Fill,
+    Kernel,
+    Link,
+    Loop,
+    Memref,
+    Obj,
+    ObjectFifo,
+    Release,
+    Tensor,
+    Tile,
+    Worker,
+    aie_kernels,
+    core,
+    forward,
+    memtile,
+    shim,
+)
 from iron.design.model import element_type
 
 #: the largest object StridedCopy's one lane holds: double-buffered, half of
@@ -108,3 +133,72 @@ def repeat(
         Tensor("y", (rows * times, cols), dtype, OUT),
     )
     return dma_design("repeat", device, tensors, [(0, run, fill, drain)], dtype)
+
+
+# ---- Transpose: the DMA moves 8-element runs, a core transposes within 8 x 8 blocks ----
+
+#: the kernel's block side: a block row of 8 bf16 is 16 bytes, whole DMA words
+BLOCK = 8
+
+
+def transpose_blocks_model(rows: int, cols: int, src, dst) -> None:
+    """mlir-aie `transpose_8x8` (aie_kernels/generic/transpose.cc): every
+    8 x 8 block of a rows x cols tile transposed in place; it moves bytes."""
+    blocks = src.reshape(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK)
+    dst[:] = blocks.transpose(0, 3, 2, 1).reshape(-1)
+
+
+def transpose_kernel(rows: int, cols: int) -> Kernel:
+    """transpose_8x8(uint16 *in, uint16 *out), built for a rows x cols tile."""
+    tile = Memref((rows * cols,), "bf16")
+    return Kernel(
+        "transpose_8x8",
+        (tile, tile),
+        aie_kernels("generic/transpose.cc"),
+        functools.partial(transpose_blocks_model, rows, cols),
+        flags=(f"-DDIM_m={cols}", f"-DDIM_n={rows}", "-DBIT_WIDTH=16"),
+    )
+
+
+def transpose(
+    M: int, N: int, tile_m: int, tile_n: int, columns: int, channels: int, device: Device
+) -> Design:
+    """y (N, M) = x.T. Core (column c, channel h) takes rows h * M/channels
+    and columns c * N/columns of x as tile_m x tile_n tiles: its fill reads
+    them row by row, the kernel transposes each 8 x 8 block in place, and
+    its memtile's 4-D pattern sends the tile's block rows in the order of
+    the transposed tile (bf16 pairs share a DMA word, so access patterns
+    alone cannot move single elements); the drain writes it into y."""
+    tm, tn = tile_m, tile_n
+    tile = tm * tn
+    blocks = (M // channels // tm, N // columns // tn)
+    # x and the kernel's output double-buffered unless four tiles and the stack
+    # exceed a core's memory (8192-element tiles: one each)
+    depth = 2 if 4 * tile * 2 + device.core_stack_bytes <= device.core_bytes else 1
+    # stream order of the transposed tile: column block J, row in block, row
+    # block I, then the 8 elements of that block row (whole 16-byte runs)
+    transposed = ((tn // BLOCK, BLOCK), (BLOCK, tn), (tm // BLOCK, BLOCK * tn), (BLOCK, 1))
+    kernel = transpose_kernel(tm, tn)
+    fifos, workers, links, fills, drains = [], [], [], [], []
+    for k in range(columns * channels):
+        column, channel = divmod(k, channels)
+        x, t, y, worker, link = f"x{k}", f"t{k}", f"y{k}", f"core{k}", f"out{k}"
+        fifos += [
+            ObjectFifo(x, (tile,), "bf16", shim(), (core(worker),), depth=depth),
+            ObjectFifo(t, (tile,), "bf16", core(worker), (memtile(link),), depth=depth),
+            ObjectFifo(y, (tile,), "bf16", memtile(link), (shim(),), dims_to_stream=transposed),
+        ]
+        links.append(forward(link, t, y))
+        body = (Acquire(x), Acquire(t), Call(kernel, (Obj(x), Obj(t))), Release(x), Release(t))
+        workers.append(
+            Worker(worker, (Loop(blocks[0] * blocks[1], body),), tile=Tile(column, 2 + channel))
+        )
+        row0, col0 = channel * (M // channels), column * (N // columns)
+        fills.append(Fill(x, "x", TAP(row0 * N + col0, (*blocks, tm, tn), (tm * N, tn, N, 1))))
+        drains.append(
+            Drain(y, "y", TAP(col0 * M + row0, (*blocks, tn, tm), (tm, tn * M, M, 1)), wait=True)
+        )
+    tensors = (Tensor("x", (M, N), "bf16", IN), Tensor("y", (N, M), "bf16", OUT))
+    return Design(
+        "transpose", device, tensors, tuple(fifos), tuple(workers), (*fills, *drains), tuple(links)
+    )
