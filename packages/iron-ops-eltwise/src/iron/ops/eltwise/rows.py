@@ -13,7 +13,8 @@ mlir-aie commits (the files changed over 2025-2026; a model is only as
 current as the source it was read from): aie2/rms_norm.cc 81a47f7,
 aie2p/rms_norm.cc cbeca7f, aie2p/mul.cc c53d461, aie2/layer_norm.cc 1884eeb,
 aie2p/layer_norm.cc 08c7911, aie2/softmax.cc 1351c7a, aie2p/softmax.cc
-ad4f674, generic/rope.cc 06f23a4, generic/set_rounding.cc b94b5c7. Each
+ad4f674, generic/rope.cc 06f23a4, generic/set_rounding.cc b94b5c7,
+generic/zero.cc 06f23a4. Each
 has bf16 loads, float32 accumulators, and a bf16 store per vector
 conversion, which rounds by the core's rounding mode. A core boots in floor
 (generic/set_rounding.cc says so) and only some kernels set conv_even, so
@@ -180,6 +181,11 @@ def softmax_model(arch: str, x, y, valid) -> None:
     y[:valid] = to_bf16(_f32(exps) * inverse)
 
 
+def zero_model(y) -> None:
+    """mlir-aie `zero` (aie_kernels/generic/zero.cc): the row set to +0."""
+    y[:] = 0
+
+
 def rope_model(method: str, x, angles, y, cols) -> None:
     """mlir-aie `rope` / `rope_two_halves` (aie_kernels/generic/rope.cc,
     built for either generation): each output is x1 cos -/+ x2 sin held in
@@ -256,6 +262,17 @@ def softmax_kernel(arch: str, cols: int) -> Kernel:
         (row, row, Scalar("i32")),
         aie_kernels("{arch}/softmax.cc"),
         functools.partial(softmax_model, arch),
+    )
+
+
+def zero_kernel(cols: int) -> Kernel:
+    """zero(bfloat16 *output), built with -DZERO_TYPE=bfloat16 -DTILE_SIZE=cols."""
+    return Kernel(
+        "zero",
+        (_row(cols),),
+        aie_kernels("generic/zero.cc"),
+        zero_model,
+        flags=("-DZERO_TYPE=bfloat16", f"-DTILE_SIZE={cols}"),
     )
 
 
@@ -424,10 +441,14 @@ def softmax(rows, cols, columns, channels, device) -> Design:
         f"a multiple of {lanes} on {arch} (mlir-aie's softmax_bf16 walks whole "
         f"{lanes}-element vectors)",
     )  # fmt: skip
-    kernel = softmax_kernel(arch, cols)
+    kernel, zero = softmax_kernel(arch, cols), zero_kernel(cols)
+    # softmax_bf16 writes the first `valid` columns only: the row is zeroed first
     return row_design(
         "softmax", device, rows, cols, columns, channels,
-        lambda k: (Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), Param("valid"))),),
+        lambda k: (
+            Call(zero, (Obj(f"y{k}"),)),
+            Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), Param("valid"))),
+        ),
         who=("Softmax", "cols"),
         params=("valid",),
     )  # fmt: skip
