@@ -249,3 +249,26 @@ def test_a_mover_fits_and_is_exact_beyond_its_cases(op, device):
     assert report.ok, "\n".join(map(str, report.violations))
     given = inputs(op)
     assert (bits(simulate(design, given)["y"]) == bits(expected(op, given))).all()
+
+
+FULL_ARRAY = [
+    MemCopy(size=1 << 16),
+    MemCopy(size=1 << 16, num_channels=2),
+    Transpose(M=1024, N=2048, num_channels=2),
+]
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+@pytest.mark.parametrize("op", FULL_ARRAY, ids=repr)
+def test_a_mover_on_every_column_fits(op, device):
+    report = check(design_of(op.resolve(Device.from_name(device))))
+    assert report.ok, "\n".join(map(str, report.violations))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+@pytest.mark.parametrize("op", FULL_ARRAY, ids=repr)
+def test_a_mover_on_every_column_is_exact(op, device):
+    op = op.resolve(Device.from_name(device))
+    given = inputs(op, seed=7)
+    assert (bits(simulate(design_of(op), given)["y"]) == bits(expected(op, given))).all()

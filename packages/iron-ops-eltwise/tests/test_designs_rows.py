@@ -392,3 +392,32 @@ def test_rope_design_rounds_once_as_its_reference_does(case):
     given = inputs(op, seed=5)
     y = run_design(op, given)
     assert (y.view(np.uint16) == reference(op, given).view(np.uint16)).all()
+
+
+# ---- the whole array: the per-device table's shapes at their default columns -----------
+
+FULL_ARRAY = [
+    RMSNorm(size=336 * 256, tile_size=256, weighted=True),
+    RMSNorm(size=336 * 256, tile_size=256, weighted=True, num_channels=2),
+    RoPE(rows=256, cols=64),
+    RoPE(rows=256, cols=64, num_channels=2),
+    LayerNorm(rows=256, cols=2048, num_channels=2),
+    Softmax(rows=64, cols=2048, num_channels=2),
+]
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+@pytest.mark.parametrize("op", FULL_ARRAY, ids=repr)
+def test_a_design_on_every_column_fits(op, device):
+    report = check(design_of(op.resolve(Device.from_name(device))))
+    assert report.ok, "\n".join(map(str, report.violations))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+@pytest.mark.parametrize("op", FULL_ARRAY, ids=repr)
+def test_a_design_on_every_column_runs_within_tolerance(op, device):
+    op = op.resolve(Device.from_name(device))
+    given = inputs(op, seed=7)
+    verdict = compare(run_design(op, given), reference(op, given), op.tolerance())
+    assert verdict, verdict.detail
