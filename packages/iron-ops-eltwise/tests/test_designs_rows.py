@@ -147,7 +147,7 @@ def test_rope_pairs_each_angle_row_with_the_rows_it_serves():
         (RMSNorm(size=1024, tile_size=256), "npu1", [("rms_norm", "aie2/rms_norm.cc", 3)]),
         (RMSNorm(size=4096, tile_size=2048, weighted=True), "npu2",
          [("rms_norm", "aie2p/rms_norm.cc", 3),
-          ("eltwise_mul_bf16_vector_size", "aie2p/mul.cc", 4)]),
+          ("eltwise_mul_bf16_vector_size", "generic/mul.cc", 4)]),
         (LayerNorm(rows=4, cols=256), "npu1", [("layer_norm", "aie2/layer_norm.cc", 4)]),
         (LayerNorm(rows=4, cols=256), "npu2", [("layer_norm", "aie2p/layer_norm.cc", 3)]),
         (Softmax(rows=4, cols=64), "npu1",

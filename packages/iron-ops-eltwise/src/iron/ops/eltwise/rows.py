@@ -11,7 +11,7 @@ angle row is held while the rows/angle_rows consecutive rows it serves pass.
 Kernel models follow the C++ of mlir-aie's `aie_kernels` as read at these
 mlir-aie commits (the files changed over 2025-2026; a model is only as
 current as the source it was read from): aie2/rms_norm.cc 81a47f7,
-aie2p/rms_norm.cc cbeca7f, aie2p/mul.cc c53d461, aie2/layer_norm.cc 1884eeb,
+aie2p/rms_norm.cc cbeca7f, generic/mul.cc 06d938b, aie2/layer_norm.cc 1884eeb,
 aie2p/layer_norm.cc 08c7911, aie2/softmax.cc 1351c7a, aie2p/softmax.cc
 ad4f674, generic/rope.cc 06f23a4, generic/set_rounding.cc b94b5c7,
 generic/zero.cc 06f23a4. Each
@@ -123,7 +123,7 @@ def rms_norm_model(arch: str, x, y, cols) -> None:
 
 
 def mul_model(x, w, y, size) -> None:
-    """mlir-aie `eltwise_mul_bf16_vector_size` (aie_kernels/{arch}/mul.cc):
+    """mlir-aie `eltwise_mul_bf16_vector_size` (aie_kernels/generic/mul.cc):
     each product of two bf16 values (exact in float32) rounded once."""
     y[:size] = to_bf16(_f32(x[:size]) * _f32(w[:size]))
 
@@ -230,13 +230,14 @@ def rms_norm_kernel(arch: str, cols: int) -> Kernel:
     )
 
 
-def mul_kernel(arch: str, cols: int) -> Kernel:
-    """eltwise_mul_bf16_vector_size(bf16 *a, bf16 *b, bf16 *c, int size)."""
+def mul_kernel(cols: int) -> Kernel:
+    """eltwise_mul_bf16_vector_size(bf16 *a, bf16 *b, bf16 *c, int size),
+    one source for both generations (its vector width follows the target)."""
     row = _row(cols)
     return Kernel(
         "eltwise_mul_bf16_vector_size",
         (row, row, row, Scalar("i32")),
-        aie_kernels("{arch}/mul.cc"),
+        aie_kernels("generic/mul.cc"),
         mul_model,
     )
 
@@ -306,7 +307,6 @@ def row_design(
     per_row,
     *,
     who: tuple[str, str],
-    inputs: tuple[Tensor, ...] = (),
     weight: bool = False,
     angle_rows: int | None = None,
     params: tuple[str, ...] = (),
@@ -333,7 +333,7 @@ def row_design(
         f"{row_objects} rows of {cols} bf16 and the {device.core_stack_bytes}-byte stack "
         f"take {held} bytes of a core's {device.core_bytes}",
     )  # fmt: skip
-    tensors = [Tensor("x", (rows, cols), "bf16", IN), *inputs]
+    tensors = [Tensor("x", (rows, cols), "bf16", IN)]
     fifos, workers, fills, drains, links = [], [], [], [], []
     if weight:
         tensors.append(Tensor("weight", (cols,), "bf16", IN))
@@ -399,7 +399,7 @@ def rms_norm(tile_size, rows, weighted, eps, columns, channels, device) -> Desig
             lambda k: (Call(norm, (Obj(f"x{k}"), Obj(f"y{k}"), tile_size)),),
             who=("RMSNorm", "tile_size"),
         )  # fmt: skip
-    mul = mul_kernel(arch, tile_size)
+    mul = mul_kernel(tile_size)
     return row_design(
         "rms_norm_weighted", device, rows, tile_size, columns, channels,
         lambda k: (
