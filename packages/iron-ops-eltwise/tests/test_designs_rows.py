@@ -147,11 +147,11 @@ def test_rope_pairs_each_angle_row_with_the_rows_it_serves():
         (RMSNorm(size=1024, tile_size=256), "npu1", [("rms_norm", "aie2/rms_norm.cc", 3)]),
         (RMSNorm(size=4096, tile_size=2048, weighted=True), "npu2",
          [("rms_norm", "aie2p/rms_norm.cc", 3),
-          ("eltwise_mul_bf16_vector_size", "generic/mul.cc", 4)]),
+          ("iron_mul_bf16", "kernels/eltwise.cc", 4)]),
         (LayerNorm(rows=4, cols=256), "npu1", [("layer_norm", "aie2/layer_norm.cc", 4)]),
         (LayerNorm(rows=4, cols=256), "npu2", [("layer_norm", "aie2p/layer_norm.cc", 3)]),
         (Softmax(rows=4, cols=64), "npu1",
-         [("zero", "generic/zero.cc", 1), ("softmax_bf16", "aie2/softmax.cc", 3)]),
+         [("iron_zero_bf16", "kernels/rows.cc", 2), ("softmax_bf16", "aie2/softmax.cc", 3)]),
         (RoPE(rows=4, cols=64), "npu2", [("rope_two_halves", "generic/rope.cc", 4)]),
         (RoPE(rows=4, cols=64, method="interleaved"), "npu1", [("rope", "generic/rope.cc", 4)]),
     ],
@@ -160,7 +160,7 @@ def test_each_design_links_the_kernel_of_its_generation(op, device, symbols):
     dev = Device.from_name(device)
     kernels = design_of(op.resolve(dev)).kernels
     found = [(k.symbol, k.source.path_for(dev.arch), len(k.args)) for k in kernels]
-    assert found == [("set_rounding_conv_even", "generic/set_rounding.cc", 0), *symbols]
+    assert found == [("iron_set_rounding_conv_even", "kernels/rows.cc", 0), *symbols]
 
 
 # ---- Softmax's per-call valid is a runtime parameter ---------------------------------------
@@ -187,8 +187,10 @@ def test_softmax_zeroes_each_output_row_before_its_kernel_writes_valid_columns()
     for worker in design.workers:
         calls = [(c.kernel.symbol, c.args) for c in worker.calls()]
         y = next(f.name for f in design.fifos if f.producer.name == worker.name)
-        assert [symbol for symbol, _ in calls] == ["set_rounding_conv_even", "zero", "softmax_bf16"]
-        assert calls[1][1] == (Obj(y),) and calls[2][1][1:] == (Obj(y), Param("valid"))
+        assert [symbol for symbol, _ in calls] == [
+            "iron_set_rounding_conv_even", "iron_zero_bf16", "softmax_bf16"
+        ]  # fmt: skip
+        assert calls[1][1] == (Obj(y), 64) and calls[2][1][1:] == (Obj(y), Param("valid"))
 
 
 def test_softmax_kernel_refuses_a_partial_vector():
@@ -277,21 +279,21 @@ CHECK-DAG:  %[[CORE1:.+]] = aie.tile(1, 2)
 CHECK:      aie.objectfifo @weight_in(%[[SHIM]], {%[[MEM]]}, [1 : i32, 1 : i32]) : !aie.objectfifo<memref<2048xbf16>>
 CHECK-NEXT: aie.objectfifo @w(%[[MEM]], {%[[CORE0]], %[[CORE1]]}, [1 : i32, 1 : i32, 1 : i32]) : !aie.objectfifo<memref<2048xbf16>>
 CHECK:      aie.objectfifo.link [@weight_in] -> [@w]([] [])
-CHECK:      func.func private @set_rounding_conv_even() attributes {link_with = "set_rounding_conv_even.o"}
+CHECK:      func.func private @iron_set_rounding_conv_even() attributes {link_with = "iron_set_rounding_conv_even.o"}
 CHECK-NEXT: func.func private @rms_norm(memref<2048xbf16>, memref<2048xbf16>, i32) attributes {link_with = "rms_norm.o"}
-CHECK-NEXT: func.func private @eltwise_mul_bf16_vector_size(memref<2048xbf16>, memref<2048xbf16>, memref<2048xbf16>, i32) attributes {link_with = "eltwise_mul_bf16_vector_size.o"}
+CHECK-NEXT: func.func private @iron_mul_bf16(memref<2048xbf16>, memref<2048xbf16>, memref<2048xbf16>, i32) attributes {link_with = "iron_mul_bf16.o"}
 CHECK:      %[[NORMED:.+]] = aie.buffer(%[[CORE0]]) {sym_name = "core0_normed"} : memref<2048xbf16>
 CHECK:      aie.core(%[[CORE0]]) {
 CHECK:      %[[W:.+]] = aie.objectfifo.acquire @w(Consume, 1)
 CHECK:      scf.for
 CHECK:      %[[X:.+]] = aie.objectfifo.acquire @x0(Consume, 1)
 CHECK-NEXT: %[[Y:.+]] = aie.objectfifo.acquire @y0(Produce, 1)
-CHECK-NEXT: func.call @set_rounding_conv_even() : () -> ()
+CHECK-NEXT: func.call @iron_set_rounding_conv_even() : () -> ()
 CHECK-NEXT: %[[XV:.+]] = aie.objectfifo.subview.access %[[X]][0]
 CHECK-NEXT: func.call @rms_norm(%[[XV]], %[[NORMED]], %{{.+}})
 CHECK-NEXT: %[[WV:.+]] = aie.objectfifo.subview.access %[[W]][0]
 CHECK-NEXT: %[[YV:.+]] = aie.objectfifo.subview.access %[[Y]][0]
-CHECK-NEXT: func.call @eltwise_mul_bf16_vector_size(%[[NORMED]], %[[WV]], %[[YV]], %{{.+}})
+CHECK-NEXT: func.call @iron_mul_bf16(%[[NORMED]], %[[WV]], %[[YV]], %{{.+}})
 CHECK-NEXT: aie.objectfifo.release @x0(Consume, 1)
 CHECK-NEXT: aie.objectfifo.release @y0(Produce, 1)
 CHECK-NEXT: }

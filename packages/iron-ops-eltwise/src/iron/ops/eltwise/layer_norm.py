@@ -52,4 +52,4 @@ class LayerNorm(Operator):
         # the cores' inverse square root is an approximation; and the kernels
         # subtract a bf16 mean, so an output near 0 keeps an absolute error
         # of about |mean| / std * 2^-9 (measured under 2^-8 on unit-normal rows)
-        return attrs.evolve(approximated(device or self.device), atol=2**-8)
+        return approximated(device or self.device, kernel_atol=2**-8)

@@ -9,17 +9,16 @@ which holds it across all its rows. RoPE's angle rows stream beside x: one
 angle row is held while the rows/angle_rows consecutive rows it serves pass.
 
 Kernel models follow the C++ of mlir-aie's `aie_kernels` as read at these
-mlir-aie commits (the files changed over 2025-2026; a model is only as
-current as the source it was read from): aie2/rms_norm.cc 81a47f7,
-aie2p/rms_norm.cc cbeca7f, generic/mul.cc 06d938b, aie2/layer_norm.cc 1884eeb,
-aie2p/layer_norm.cc 08c7911, aie2/softmax.cc 1351c7a, aie2p/softmax.cc
-ad4f674, generic/rope.cc 06f23a4, generic/set_rounding.cc b94b5c7,
-generic/zero.cc 06f23a4. Each
-has bf16 loads, float32 accumulators, and a bf16 store per vector
-conversion, which rounds by the core's rounding mode. A core boots in floor
-(generic/set_rounding.cc says so) and only some kernels set conv_even, so
-every worker here calls mlir-aie's `set_rounding_conv_even` before its
-kernels: each conversion then rounds to nearest even, as a C++ scalar `(bfloat16)` cast
+mlir-aie commits (the files changed over 2025-2026, some perhaps after
+iron-design's pinned mlir-aie; a model is only as current as the source it
+was read from): aie2/rms_norm.cc 81a47f7, aie2p/rms_norm.cc cbeca7f,
+aie2/layer_norm.cc 1884eeb, aie2p/layer_norm.cc 08c7911, aie2/softmax.cc
+1351c7a, aie2p/softmax.cc ad4f674, generic/rope.cc 06f23a4. Each has bf16
+loads, float32 accumulators, and a bf16 store per vector conversion, which
+rounds by the core's rounding mode. A core boots in floor and only some
+kernels set conv_even, so every worker here calls our
+`iron_set_rounding_conv_even` (kernels/rows.cc) before its kernels: each
+conversion then rounds to nearest even, as a C++ scalar `(bfloat16)` cast
 does. The cores' `invsqrt`, `inv`, `exp2` and lookup-table exp are
 approximations whose exact bits are not published; the models use the
 float32 functions in their place, and the operators' tolerances are
@@ -58,7 +57,9 @@ from iron.design import (
     forward,
     memtile,
     shim,
+    shipped,
 )
+from iron.ops.eltwise.line_kernels import mul_model, shipped_kernel
 
 #: the epsilon mlir-aie's rms_norm and layer_norm kernels are compiled with
 KERNEL_EPS = 1e-5
@@ -100,7 +101,7 @@ def _lane_sum(values: np.ndarray, lanes: int) -> np.float32:
 
 
 def set_rounding_model() -> None:
-    """`set_rounding_conv_even` moves no data; the models below round as it sets."""
+    """iron_set_rounding_conv_even moves no data; the models round as it sets."""
 
 
 def rms_norm_model(arch: str, x, y, cols) -> None:
@@ -120,12 +121,6 @@ def rms_norm_model(arch: str, x, y, cols) -> None:
     else:
         y[:whole] = to_bf16(v[:whole] * cast_bf16(inverse))
     y[whole:cols] = to_bf16(v[whole:] * inverse)  # the scalar tail
-
-
-def mul_model(x, w, y, size) -> None:
-    """mlir-aie `eltwise_mul_bf16_vector_size` (aie_kernels/generic/mul.cc):
-    each product of two bf16 values (exact in float32) rounded once."""
-    y[:size] = to_bf16(_f32(x[:size]) * _f32(w[:size]))
 
 
 def layer_norm_model(arch: str, x, y, *sizes) -> None:
@@ -181,9 +176,9 @@ def softmax_model(arch: str, x, y, valid) -> None:
     y[:valid] = to_bf16(_f32(exps) * inverse)
 
 
-def zero_model(y) -> None:
-    """mlir-aie `zero` (aie_kernels/generic/zero.cc): the row set to +0."""
-    y[:] = 0
+def zero_model(y, n) -> None:
+    """iron_zero_bf16: the row set to +0."""
+    y[:n] = 0
 
 
 def rope_model(method: str, x, angles, y, cols) -> None:
@@ -209,14 +204,11 @@ def _row(cols: int) -> Memref:
     return Memref((cols,), "bf16")
 
 
-#: set_rounding_conv_even(), built with -DROUNDING_MODE=conv_even
-SET_ROUNDING = Kernel(
-    "set_rounding_conv_even",
-    (),
-    aie_kernels("generic/set_rounding.cc"),
-    set_rounding_model,
-    flags=("-DROUNDING_MODE=conv_even",),
-)
+#: our helpers (kernels/rows.cc): setting the rounding mode and zeroing a row
+ROW_HELPERS = shipped("iron.ops.eltwise", "kernels/rows.cc")
+
+#: iron_set_rounding_conv_even()
+SET_ROUNDING = Kernel("iron_set_rounding_conv_even", (), ROW_HELPERS, set_rounding_model)
 
 
 def rms_norm_kernel(arch: str, cols: int) -> Kernel:
@@ -231,15 +223,10 @@ def rms_norm_kernel(arch: str, cols: int) -> Kernel:
 
 
 def mul_kernel(cols: int) -> Kernel:
-    """eltwise_mul_bf16_vector_size(bf16 *a, bf16 *b, bf16 *c, int size),
-    one source for both generations (its vector width follows the target)."""
-    row = _row(cols)
-    return Kernel(
-        "eltwise_mul_bf16_vector_size",
-        (row, row, row, Scalar("i32")),
-        aie_kernels("generic/mul.cc"),
-        mul_model,
-    )
+    """iron_mul_bf16(bf16 *a, bf16 *b, bf16 *y, int32 n), shipped with the
+    family (kernels/eltwise.cc): mlir-aie's sized multiply is newer than
+    iron-design's pinned tree."""
+    return shipped_kernel("iron_mul_bf16", 2, cols, 0, mul_model)
 
 
 def layer_norm_kernel(arch: str, cols: int) -> Kernel:
@@ -267,14 +254,8 @@ def softmax_kernel(arch: str, cols: int) -> Kernel:
 
 
 def zero_kernel(cols: int) -> Kernel:
-    """zero(bfloat16 *output), built with -DZERO_TYPE=bfloat16 -DTILE_SIZE=cols."""
-    return Kernel(
-        "zero",
-        (_row(cols),),
-        aie_kernels("generic/zero.cc"),
-        zero_model,
-        flags=("-DZERO_TYPE=bfloat16", f"-DTILE_SIZE={cols}"),
-    )
+    """iron_zero_bf16(bf16 *y, int32 n) (kernels/rows.cc)."""
+    return Kernel("iron_zero_bf16", (_row(cols), Scalar("i32")), ROW_HELPERS, zero_model)
 
 
 def rope_kernel(method: str, cols: int) -> Kernel:
@@ -446,7 +427,7 @@ def softmax(rows, cols, columns, channels, device) -> Design:
     return row_design(
         "softmax", device, rows, cols, columns, channels,
         lambda k: (
-            Call(zero, (Obj(f"y{k}"),)),
+            Call(zero, (Obj(f"y{k}"), cols)),
             Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), Param("valid"))),
         ),
         who=("Softmax", "cols"),
