@@ -163,6 +163,24 @@ def test_each_design_links_the_kernel_of_its_generation(op, device, symbols):
     assert found == [("iron_set_rounding_conv_even", "kernels/rows.cc", 0), *symbols]
 
 
+def test_every_shipped_kernel_a_row_design_links_is_in_the_installed_package():
+    """Our kernels travel in the wheel: each symbol is defined in its source."""
+    from importlib.resources import files
+
+    designs = []
+    for op in SWEEP:
+        for device in ("npu1", "npu2"):
+            with contextlib.suppress(OperatorError):  # refused by name elsewhere
+                designs.append(design_of(op.resolve(Device.from_name(device))))
+    shipped = {k for d in designs for k in d.kernels if k.source.package is not None}
+    assert {k.symbol for k in shipped} == {
+        "iron_set_rounding_conv_even", "iron_zero_bf16", "iron_mul_bf16"
+    }  # fmt: skip
+    for kernel in shipped:
+        text = (files(kernel.source.package) / kernel.source.file).read_text()
+        assert f"void {kernel.symbol}(" in text, kernel.symbol
+
+
 # ---- Softmax's per-call valid is a runtime parameter ---------------------------------------
 
 
