@@ -200,12 +200,12 @@ def race_for_key(root, key, log, out):
 
     cache = CompileCache(root)
 
-    def build():
+    def build(staging):
         with open(log, "a") as f:
             f.write("built\n")
         time.sleep(0.5)
-        return b"artifact-" + key.encode()
+        (staging / "artifact.txt").write_text("artifact-" + key)
 
-    data, hit = cache.get_or_build(key, build)
+    entry, hit = cache.get_or_build(key, build)
     with open(out, "a") as f:
-        f.write(f"{data.decode()} {hit}\n")
+        f.write(f"{(entry / 'artifact.txt').read_text()} {hit}\n")

@@ -206,10 +206,13 @@ def test_auto_picks_sim_without_an_npu_and_says_why_npu_was_passed_over(npu_stac
     assert get_backend().name == "sim"
 
 
-def test_with_the_npu_stack_present_npu_still_waits_for_its_lowering(npu_stack):
+def test_with_the_npu_stack_present_npu_still_needs_aiecc_and_peano(npu_stack, monkeypatch):
     npu_stack(present=True)
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("MLIR_AIE_INSTALL_DIR", raising=False)
+    monkeypatch.setenv("PEANO_INSTALL_DIR", "/nonexistent-peano")
     chosen, passed_over = auto_choice()
-    assert chosen == "sim" and "IRON's mlir-aie lowering is not built yet" in passed_over["npu"]
+    assert chosen == "sim" and "cannot compile designs here; missing aiecc" in passed_over["npu"]
 
 
 def test_reload_makes_fresh_backend_instances():

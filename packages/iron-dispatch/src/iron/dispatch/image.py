@@ -1,14 +1,16 @@
 """Images: what a backend compiles a runlist and its layout into.
 
-An `Image` is plain, picklable data: for every step the operator and where
+An `Image` is what a backend loads: for every step the operator and where
 each of its buffers lives, which per-call values it takes from which word
-of the parameter scratchpad, and the arena sizes. The compile cache stores
-images; loading one back gives the same program. `build` makes one.
+of the parameter scratchpad, the arena sizes, and the device programs
+(`iron.dispatch.program`) with the designs they run. It lives in memory
+only: operators and designs carry code (references, kernel models), so the
+compile cache keeps the image's data artifacts (programs as JSON, MLIR,
+kernel objects, ELFs), never the image. `build` makes one.
 """
 
 from __future__ import annotations
 
-import pickle
 from typing import NamedTuple
 
 import attrs
@@ -16,7 +18,9 @@ import numpy as np
 
 from iron.core import Operator, View
 from iron.core.capture import Expr
+from iron.design import Design
 from iron.dispatch.layout import Layout
+from iron.dispatch.program import Program, plan_programs, step_design
 from iron.dispatch.runlist import Runlist
 
 #: words in a full ELF's parameter scratchpad (XRT `get_ctrl_scratchpad_bo`)
@@ -59,16 +63,33 @@ class Image:
     residents: tuple[tuple[str, int, int], ...]  # scratch buffers with a host address
     transients: tuple[tuple[int, int], ...]  # scratch ranges a run may treat as garbage
     parameters: tuple[Expr, ...]  # word i holds parameters[i] on every call
+    trace_size: int = 0  # bytes of the trace buffer argument (0: not traced)
+    programs: tuple[Program, ...] = ()  # device programs: one (fused) or one per step
+    designs: dict[str, Design] = attrs.field(factory=dict)  # digest -> design
+    elves: tuple[str, ...] = ()  # per program, what XRT loads (set by the compile pipeline)
 
-    def to_bytes(self) -> bytes:
-        return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+    @property
+    def design_steps(self) -> int:
+        """Steps that run a design on the device (the others run a host model)."""
+        return sum(s.device is not None for p in self.programs for s in p.steps)
 
-    @staticmethod
-    def from_bytes(data: bytes) -> Image:
-        image = pickle.loads(data)
-        if not isinstance(image, Image):
-            raise TypeError("not an IRON image")
-        return image
+    def fallbacks(self) -> dict[str, int]:
+        """Operator -> steps of it that have no design and run a host model."""
+        counts: dict[str, int] = {}
+        for program in self.programs:
+            for step in program.steps:
+                if step.device is None:
+                    counts[step.operator] = counts.get(step.operator, 0) + 1
+        return counts
+
+    def design_summary(self) -> str:
+        """``3 of 5 steps ran designs; 2 fell back to host models (RMSNorm x2)``."""
+        total = sum(len(p.steps) for p in self.programs)
+        fallbacks = self.fallbacks()
+        back = total - self.design_steps
+        listed = ", ".join(f"{op} x{n}" for op, n in sorted(fallbacks.items()))
+        tail = f"; {back} fell back to host models ({listed})" if back else ""
+        return f"{self.design_steps} of {total} steps ran designs{tail}"
 
 
 def parameter_table(runlist: Runlist, max_words: int | None):
@@ -94,8 +115,22 @@ def parameter_table(runlist: Runlist, max_words: int | None):
 
 
 def build(
-    runlist: Runlist, layout: Layout, *, backend: str, mode: str, flags=(), max_words=None
+    runlist: Runlist,
+    layout: Layout,
+    *,
+    backend: str,
+    mode: str,
+    flags=(),
+    max_words=None,
+    trace_size: int = 0,
+    programs: bool = False,
 ) -> Image:
+    """The image of `runlist` laid out by `layout`; with `programs`, also
+    its device programs and the designs they run (a backend with a device)."""
+    if trace_size < 0 or trace_size % 4:
+        raise CompileError(
+            f"{runlist.name}: trace_size {trace_size} must be a non-negative multiple of 4 bytes"
+        )
     per_step, parameters = parameter_table(runlist, max_words)
     steps, unique = [], {}  # equal operators share one object: the image pickles each once
     for step, (words, constants) in zip(runlist.steps, per_step):
@@ -110,7 +145,7 @@ def build(
     kept = layout.host_addressed
     residents = tuple((n, *layout.scratch[n]) for n in sorted(layout.scratch) if n in kept)
     transients = tuple(layout.scratch[n] for n in sorted(layout.scratch) if n not in kept)
-    return Image(
+    image = Image(
         backend=backend,
         mode=mode,
         name=runlist.name,
@@ -123,4 +158,16 @@ def build(
         residents=residents,
         transients=transients,
         parameters=parameters,
+        trace_size=trace_size,
     )
+    if not programs:
+        return image
+    designs, by_digest, known = {}, {}, {}  # equal operators recur across layers: one design each
+    for index, step in enumerate(image.steps):
+        if step.op not in known:
+            design = step_design(step.op, f"{runlist.name} step {index} ({type(step.op).__name__})")
+            known[step.op] = None if design is None else (design, design.digest())
+        if known[step.op] is not None:
+            designs[index] = known[step.op]
+            by_digest.setdefault(known[step.op][1], known[step.op][0])
+    return attrs.evolve(image, programs=plan_programs(image, designs), designs=by_digest)
