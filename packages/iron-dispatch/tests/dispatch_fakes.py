@@ -17,6 +17,27 @@ from iron.core import (
     same_shape_binary,
     same_shape_unary,
 )
+from iron.design import (
+    TAP,
+    Acquire,
+    Call,
+    Design,
+    Drain,
+    Fill,
+    Kernel,
+    Memref,
+    Obj,
+    ObjectFifo,
+    Param,
+    Release,
+    Scalar,
+    Tensor,
+    Worker,
+    core,
+    examples,
+    shim,
+    shipped,
+)
 from iron.dispatch import graph
 
 
@@ -159,6 +180,97 @@ class Mystery(Scale):
     """A parameter whose text holds an object address."""
 
     thing: object = None
+
+
+# ---- operators with designs (iron-design's example programs), int32 and exact ----
+
+
+def add_k_model(x, y, n, k):
+    """The arithmetic of a kernel adding the per-call `k` to `n` elements."""
+    y[:n] = x[:n] + np.int32(k)
+
+
+def _add_k_design(device, size, tile):
+    line = Memref((tile,), "i32")
+    kernel = Kernel(
+        "add_k_i32",
+        (line, line, Scalar("i32"), Scalar("i32")),
+        shipped("iron.design", "kernels/add_one.cc"),
+        add_k_model,
+    )
+    body = (
+        Acquire("in"),
+        Acquire("out"),
+        Call(kernel, (Obj("in"), Obj("out"), tile, Param("k"))),
+        Release("in"),
+        Release("out"),
+    )
+    return Design(
+        "add_k",
+        device,
+        (Tensor("x", (size,), "i32", IN), Tensor("y", (size,), "i32", OUT)),
+        fifos=(
+            ObjectFifo("in", (tile,), "i32", shim(), (core("adder"),)),
+            ObjectFifo("out", (tile,), "i32", core("adder"), (shim(),)),
+        ),
+        workers=(Worker("adder", body),),
+        sequence=(Fill("in", "x", TAP.linear(size)), Drain("out", "y", TAP.linear(size))),
+        params=("k",),
+    )
+
+
+@attrs.frozen
+class AddOne(Operator):
+    """y = x + 1 (int32), with iron-design's add_one example as its design."""
+
+    size: int
+    tile: int = 256
+
+    @staticmethod
+    def arg_spec(size):
+        return same_shape_unary(size, np.int32)
+
+    def reference(self, x):
+        return x + np.int32(1)
+
+    def tolerance(self, device=None, *, inputs=None):
+        return Tolerance.exact()
+
+    @staticmethod
+    def design(size, tile, device):
+        return examples.add_one(device, n=size, tile=tile)
+
+
+@attrs.frozen
+class AddK(AddOne):
+    """y = x + k, k per call: its design reads k from the scratchpad."""
+
+    k: int = per_call(0)
+
+    def reference(self, x, *, k):
+        return x + np.int32(k)
+
+    @staticmethod
+    def design(size, tile, device):
+        return _add_k_design(device, size, tile)
+
+
+@attrs.frozen
+class Twice(AddOne):
+    """y = 2 x (int32), with no design: it runs on the host model."""
+
+    design = None
+
+    def reference(self, x):
+        return x * np.int32(2)
+
+
+@attrs.frozen
+class OffByOne(AddOne):
+    """A design that disagrees with its reference (x + 1 against x + 2)."""
+
+    def reference(self, x):
+        return x + np.int32(2)
 
 
 # ---- a small stateful model: slices, in-place steps, a state, per-call values ----

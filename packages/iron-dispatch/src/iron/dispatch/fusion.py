@@ -25,6 +25,7 @@ from iron.design import Design, to_mlir
 from iron.dispatch.program import ARGUMENTS, FusionError, Program, ProgramStep
 
 _DEVICE = re.compile(r"^(\s*)aie\.device\((\w+)\) @main \{$")
+_ARCH = re.compile(r"aie\.device\((\w+)\)")
 _READ = re.compile(r"^(\s*)(%\S+) = aiex\.read_scratchpad_parameter @(\w+) : i32$")
 _SEQUENCE = re.compile(r"aie\.runtime_sequence @sequence\((.*)\) \{")
 _ARGUMENT_TYPE = re.compile(r"%arg\d+: (memref<[^>]*>)")
@@ -111,7 +112,7 @@ def program_mlir(program: Program, designs: dict[str, Design]) -> str:
     children, types, arch = [], {}, None
     for name, digest in program.devices.items():
         text, types[name] = child(designs[digest], name, bindings.get(name, {}))
-        arch = arch or _DEVICE.match(text.splitlines()[0]).group(2)
+        arch = arch or _ARCH.search(text).group(1)
         children.append(text)
     arguments = ", ".join(
         f"%{ARGUMENTS[i]}: memref<{max(1, n)}xi8>" for i, n in enumerate(program.sizes)

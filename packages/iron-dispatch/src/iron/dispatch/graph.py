@@ -316,7 +316,10 @@ class GraphFunction:
             f"{self.name}: {len(self.versions)} version(s), arena {self.arena.size} B, backend {self.backend.name}"
         ]
         for signature, version in self.versions.items():
-            lines.append(f"  {signature}: {len(version.runlist.steps)} steps; {version.report}")
+            designs = f"; {version.image.design_summary()}" if version.image.programs else ""
+            lines.append(
+                f"  {signature}: {len(version.runlist.steps)} steps; {version.report}{designs}"
+            )
         return "\n".join(lines)
 
 
