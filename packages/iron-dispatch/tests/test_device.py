@@ -1,6 +1,7 @@
 """The device path: programs of designs, fused and separate, run by the
 simulated XRT device, and their MLIR."""
 
+import itertools
 import re
 
 import numpy as np
@@ -12,6 +13,7 @@ from iron.design import to_mlir
 from iron.dispatch import get_backend, graph
 from iron.dispatch.fusion import program_mlir
 from iron.dispatch.program import FusionError
+from iron.dispatch.sim_xrt import TRACE_RECORD, read_trace
 
 SIZE = 1024
 
@@ -124,7 +126,7 @@ def test_one_device_block_bound_to_two_different_words_is_refused():
         return g(AddK(SIZE), g(AddK(SIZE), x, k=pos), k=pos + 1)
 
     with pytest.raises(
-        FusionError, match="parameter k of device AddK_[0-9a-f]{8} is bound otherwise"
+        FusionError, match=r"parameter k of device AddK_[0-9a-f]{8} is bound otherwise"
     ):
         two.compile(((SIZE,), np.int32))
 
@@ -161,3 +163,27 @@ def test_the_device_path_works_on_npu2_too():
     x = inputs()
     assert np.array_equal(one(x), x + 1)
     assert get_backend("sim").xrt.name == "simulated"
+
+
+def test_a_traced_graph_gets_one_record_per_step_from_the_simulated_device():
+    traced = chain("sim", trace_size=8 * TRACE_RECORD.size)
+    x = inputs()
+    assert traced(x, pos=1).tobytes() == chain("reference")(x, pos=1).tobytes()
+    (version,) = traced.versions.values()
+    records = read_trace(version.trace)
+    assert [r["name"].split("_")[0] for r in records] == ["AddOne", "AddK", "host:Twice", "AddOne"]
+    assert records[0]["bytes"] == 2 * SIZE * 4  # read x, wrote y, through the shim
+    assert records[0]["end"] - records[0]["start"] == 2 * SIZE  # a tick per word moved
+    assert all(a["end"] == b["start"] for a, b in itertools.pairwise(records))
+    assert version.image.programs[0].sizes[-1] == 8 * TRACE_RECORD.size
+
+
+def test_trace_size_is_part_of_the_cache_key():
+    sim = get_backend("sim")
+    before = sim.misses
+    chain("sim").compile(((SIZE,), np.int32))
+    chain("sim", trace_size=256).compile(((SIZE,), np.int32))
+    chain("sim", trace_size=512).compile(((SIZE,), np.int32))
+    assert sim.misses - before == 3
+    with pytest.raises(ValueError, match="trace_size 6 must be a non-negative multiple of 4"):
+        chain("sim", trace_size=6).compile(((SIZE,), np.int32))

@@ -43,20 +43,32 @@ log = logging.getLogger("iron.dispatch")
 PIECE_BYTES = 64 * 2**20
 
 
-def graph(fn=None, *, name=None, backend=None, mode="fused", device=None, poison=None, flags=()):
+def graph(
+    fn=None,
+    *,
+    name=None,
+    backend=None,
+    mode="fused",
+    device=None,
+    poison=None,
+    flags=(),
+    trace_size=0,
+):
     """Make a `GraphFunction` of ``fn(g, *inputs, **per_call_values)``.
 
     `backend`: a registered backend name or "auto" (default: ``IRON_BACKEND``,
     else "auto"); `mode`: "fused", "separate" or "compare"; `device`: a
     `Device` or name (default ``IRON_DEVICE``, else npu2); `poison`: fill
     transients with NaN before every run (default ``IRON_POISON``, else off);
-    `flags`: strings that are part of the compiled image's identity (e.g.
-    "trace")."""
+    `flags`: strings that are part of the compiled image's identity;
+    `trace_size`: bytes of a trace buffer the device fills on every call
+    (0: none; part of the identity and of aiecc's flags; `Version.trace`)."""
 
     def wrap(fn):
         return GraphFunction(
-            fn, name=name, backend=backend, mode=mode, device=device, poison=poison, flags=flags
-        )
+            fn, name=name, backend=backend, mode=mode, device=device, poison=poison, flags=flags,
+            trace_size=trace_size,
+        )  # fmt: skip
 
     return wrap(fn) if fn is not None else wrap
 
@@ -92,6 +104,12 @@ class Version:
         """Compare mode: the last call's per-step judgements."""
         return self.executable.reports
 
+    @property
+    def trace(self) -> bytes:
+        """The trace buffer after the last call (empty unless traced); the
+        simulated device's records read with `iron.dispatch.sim_xrt.read_trace`."""
+        return getattr(self.executable, "trace", b"")
+
     def __call__(self, arrays, values):
         for target, array in zip(self._inputs, arrays):
             target[...] = array
@@ -102,7 +120,16 @@ class Version:
 
 class GraphFunction:
     def __init__(
-        self, fn, *, name=None, backend=None, mode="fused", device=None, poison=None, flags=()
+        self,
+        fn,
+        *,
+        name=None,
+        backend=None,
+        mode="fused",
+        device=None,
+        poison=None,
+        flags=(),
+        trace_size=0,
     ):
         self.fn, self.name = fn, name or fn.__name__
         self.input_names, self.value_names = _parameters(fn, self.name)
@@ -115,6 +142,7 @@ class GraphFunction:
         elif isinstance(device, str):
             device = Device.from_name(device)
         self.device, self.mode, self.flags = device, mode, tuple(flags)
+        self.trace_size = trace_size
         self.poison = current.poison if poison is None else poison
         self.arena = ArenaPlan(alignment=max(64, device.coherence_granule))
         self.versions: dict[tuple, Version] = {}
@@ -161,7 +189,9 @@ class GraphFunction:
         layout, report, _ = arena_layout(runlist, self.arena, self._residents(g))
         log.debug("%s", report)
         backend = self.backend
-        image = backend.compile(runlist, layout, self.mode, self.flags)
+        # only a traced graph passes trace_size: a backend that cannot trace needs no such keyword
+        traced = {"trace_size": self.trace_size} if self.trace_size else {}
+        image = backend.compile(runlist, layout, self.mode, self.flags, **traced)
         memory = self._arena_memory(backend)
         buffers = allocate(
             image,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 
 import attrs
 import numpy as np
@@ -31,6 +32,22 @@ log = logging.getLogger("iron.dispatch")
 
 #: a full ELF's scratchpad words are int32 (`aiex.scratchpad_parameter ... : i32`)
 WORD = np.int32
+
+
+def scratchpad_layout(elf: str) -> dict[str, tuple[int, int]]:
+    """Parameter name -> (scratchpad index, left shift) from the
+    ``params.txt`` aiecc writes beside an ELF: a count line, then ``<name>
+    <index> <type> <kind>``; a value of kind ``core`` is stored shifted left
+    by 2 (mlir-aie runtime_lib/test_lib/parameter_scratchpad.h). None there
+    (the simulated device's programs): word i at index i."""
+    path = Path(elf).with_suffix(".params.txt")
+    if not path.is_file():
+        return {}
+    layout = {}
+    for line in path.read_text().splitlines()[1:]:
+        name, index, _, kind = line.split()
+        layout[name] = (int(index), 2 if kind == "core" else 0)
+    return layout
 
 
 class XrtExecutable:
@@ -59,6 +76,7 @@ class XrtExecutable:
         for elf in image.elves:
             context = xrt.hw_context(self.xrt_device, xrt.elf(elf))
             self.runs.append(xrt.run(xrt.kernel(context, ELF_KERNEL)))
+        self._scratchpads = [scratchpad_layout(elf) for elf in image.elves]
         self._generation = None
         self._references = (
             [kernel(s.op, use_device_model=False) for s in image.steps]
@@ -80,13 +98,16 @@ class XrtExecutable:
         self._generation = generation
 
     def _write_words(self, words: np.ndarray) -> None:
-        """Each program's words into its run's control scratchpad."""
-        for run, program in zip(self.runs, self.image.programs):
+        """Each program's words into its run's control scratchpad, where
+        aiecc's params.txt puts them (else word i at index i)."""
+        for run, program, layout in zip(self.runs, self.image.programs, self._scratchpads):
             if not program.words:
                 continue
-            scratchpad = run.get_ctrl_scratchpad_bo()
-            np.frombuffer(scratchpad.map(), WORD)[: len(program.words)] = words[list(program.words)]
-            scratchpad.sync(self.xrt.TO_DEVICE, 4 * len(program.words), 0)
+            scratchpad = np.frombuffer(run.get_ctrl_scratchpad_bo().map(), WORD)
+            for local, word in enumerate(program.words):
+                index, shift = layout.get(f"w{local}", (local, 0))
+                scratchpad[index] = int(words[word]) << shift
+            run.get_ctrl_scratchpad_bo().sync(self.xrt.TO_DEVICE, scratchpad.nbytes, 0)
 
     def __call__(self, values: Mapping[str, int]) -> None:
         self._bind()
