@@ -2,6 +2,7 @@ import hashlib
 import json
 import multiprocessing
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -211,4 +212,5 @@ def test_doctor_reports_the_backends(capsys, npu_stack):
     assert "backend reference: available" in out and "backend sim: available" in out
     assert "backend npu: unavailable: mlir-aie is missing" in out
     assert "backend auto: sim (passed over: npu)" in out
+    assert re.search(r"device steps: \d+ of \d+ registered operators have designs", out)
     assert "compile cache:" in out

@@ -64,6 +64,12 @@ def test_the_summary_says_how_many_steps_ran_designs():
     )
     assert "3 of 4 steps ran designs" in mixed.summary()
     assert "backend sim" in mixed.summary()
+    assert mixed.design_summary() == version.image.design_summary()
+    host = chain("reference")
+    host(inputs(), pos=0)
+    assert host.design_summary() == (
+        "backend reference runs no device programs: every step on the host"
+    )
 
 
 def test_compare_judges_each_design_against_its_reference_on_the_device_inputs():

@@ -33,6 +33,7 @@ from iron.core import Device, as_dtype, dtype_name, settings
 from iron.core.capture import Graph, Value, storage_key
 from iron.dispatch.backends import Backend
 from iron.dispatch.executable import allocate
+from iron.dispatch.image import design_summary
 from iron.dispatch.layout import Layout, arena_layout
 from iron.dispatch.memory import Arena, view
 from iron.dispatch.runlist import Runlist
@@ -340,6 +341,14 @@ class GraphFunction:
             )
             self.load()
         return version(arrays, values)
+
+    def design_summary(self) -> str:
+        """Over every version: how many steps run designs on the device and
+        which operators fall back to host models (a host backend: none)."""
+        images = [v.image for v in self.versions.values() if v.image.programs]
+        if not images:
+            return f"backend {self.backend.name} runs no device programs: every step on the host"
+        return design_summary(images)
 
     def summary(self) -> str:
         lines = [

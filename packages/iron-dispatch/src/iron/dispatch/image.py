@@ -68,28 +68,25 @@ class Image:
     designs: dict[str, Design] = attrs.field(factory=dict)  # digest -> design
     elves: tuple[str, ...] = ()  # per program, what XRT loads (set by the compile pipeline)
 
-    @property
-    def design_steps(self) -> int:
-        """Steps that run a design on the device (the others run a host model)."""
-        return sum(s.device is not None for p in self.programs for s in p.steps)
-
-    def fallbacks(self) -> dict[str, int]:
-        """Operator -> steps of it that have no design and run a host model."""
-        counts: dict[str, int] = {}
-        for program in self.programs:
-            for step in program.steps:
-                if step.device is None:
-                    counts[step.operator] = counts.get(step.operator, 0) + 1
-        return counts
-
     def design_summary(self) -> str:
         """``3 of 5 steps ran designs; 2 fell back to host models (RMSNorm x2)``."""
-        total = sum(len(p.steps) for p in self.programs)
-        fallbacks = self.fallbacks()
-        back = total - self.design_steps
-        listed = ", ".join(f"{op} x{n}" for op, n in sorted(fallbacks.items()))
-        tail = f"; {back} fell back to host models ({listed})" if back else ""
-        return f"{self.design_steps} of {total} steps ran designs{tail}"
+        return design_summary([self])
+
+
+def design_summary(images) -> str:
+    """How many steps of `images` run designs on the device and which
+    operators fall back to host models, counted over every program."""
+    total, fallbacks = 0, {}
+    for image in images:
+        for program in image.programs:
+            for step in program.steps:
+                total += 1
+                if step.device is None:
+                    fallbacks[step.operator] = fallbacks.get(step.operator, 0) + 1
+    back = sum(fallbacks.values())
+    listed = ", ".join(f"{op} x{n}" for op, n in sorted(fallbacks.items()))
+    tail = f"; {back} fell back to host models ({listed})" if back else ""
+    return f"{total - back} of {total} steps ran designs{tail}"
 
 
 def parameter_table(runlist: Runlist, max_words: int | None):
