@@ -8,7 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dispatch_fakes import Mystery, N, Scale, expected_outputs, make_model, race_for_key
+from dispatch_fakes import (
+    Mystery,
+    N,
+    Scale,
+    compile_in_process,
+    expected_outputs,
+    make_model,
+    race_for_key,
+)
 
 from iron.core import OperatorError, bf16
 from iron.core.cli import main
@@ -169,6 +177,24 @@ def test_two_processes_racing_on_one_key_compile_once(tmp_path):
     assert log.read_text().splitlines() == ["built"]
     results = sorted(out.read_text().splitlines())
     assert results == [f"artifact-{key} False", f"artifact-{key} True"]
+
+
+def test_two_processes_compiling_one_graph_compile_it_once(tmp_path):
+    out = tmp_path / "counts.log"
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    workers = [
+        ctx.Process(target=compile_in_process, args=(tmp_path / "cache", out, start))
+        for _ in range(2)
+    ]
+    for w in workers:
+        w.start()
+    start.set()
+    for w in workers:
+        w.join(120)
+    assert [w.exitcode for w in workers] == [0, 0]
+    assert sorted(out.read_text().splitlines()) == ["0 1", "1 0"]  # (hits, misses) each
+    assert len(CompileCache(tmp_path / "cache").entries()) == 1
 
 
 def test_cache_info_and_clear_commands(capsys):
