@@ -129,7 +129,7 @@ def build(
             f"{runlist.name}: trace_size {trace_size} must be a non-negative multiple of 4 bytes"
         )
     per_step, parameters = parameter_table(runlist, max_words)
-    steps, unique = [], {}  # equal operators share one object: the image pickles each once
+    steps, unique = [], {}  # equal operators share one object (16 layers: one each)
     for step, (words, constants) in zip(runlist.steps, per_step):
         args = []
         for name, spec in zip(step.args, step.specs):

@@ -191,7 +191,7 @@ class SimulatedXrt:
     TO_DEVICE = "XCL_BO_SYNC_BO_TO_DEVICE"
     FROM_DEVICE = "XCL_BO_SYNC_BO_FROM_DEVICE"
 
-    def __init__(self, granule: int = 64) -> None:
+    def __init__(self, granule: int = 64) -> None:  # iron-core Device.coherence_granule
         self.granule = granule
         self._devices: dict[int, SimDevice] = {}
 
