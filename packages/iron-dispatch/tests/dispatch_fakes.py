@@ -266,6 +266,23 @@ class Twice(AddOne):
 
 
 @attrs.frozen
+class Add32(Operator):
+    """y = a + b (int32), no design: it runs on the host model."""
+
+    size: int
+
+    @staticmethod
+    def arg_spec(size):
+        return same_shape_binary(size, np.int32)
+
+    def reference(self, a, b):
+        return a + b
+
+    def tolerance(self, device=None, *, inputs=None):
+        return Tolerance.exact()
+
+
+@attrs.frozen
 class OffByOne(AddOne):
     """A design that disagrees with its reference (x + 1 against x + 2)."""
 

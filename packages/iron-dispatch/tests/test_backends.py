@@ -18,7 +18,9 @@ from iron.dispatch import (
 )
 from iron.dispatch.executable import allocate
 from iron.dispatch.memory import Arena
+from iron.dispatch.runtime import XrtExecutable
 from iron.dispatch.selection import auto_choice
+from iron.dispatch.sim_xrt import SimBufferObject
 
 
 def rows(n, seed):
@@ -57,6 +59,10 @@ def test_a_weight_that_is_never_flushed_is_stale_on_the_device(weight, monkeypat
     monkeypatch.setattr(Arena, "flush", lambda self, name: None)
     stale = make_model(weight, backend="sim")
     assert stale(x, pos=0).tobytes() != right.tobytes()
+    # the run went through the XRT seam: the arena is a simulated buffer object
+    (version,) = stale.versions.values()
+    assert isinstance(version.executable, XrtExecutable)
+    assert isinstance(stale._memory.buffer.bo, SimBufferObject)
     unified = make_model(
         weight, backend="reference"
     )  # host and device share bytes: nothing to flush

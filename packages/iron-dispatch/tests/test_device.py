@@ -6,12 +6,13 @@ import re
 
 import numpy as np
 import pytest
-from dispatch_fakes import AddK, AddOne, OffByOne, Twice
+from dispatch_fakes import Add32, AddK, AddOne, OffByOne, Twice
 
 from iron.core import Device
 from iron.design import to_mlir
 from iron.dispatch import get_backend, graph
 from iron.dispatch.fusion import program_mlir
+from iron.dispatch.memory import Arena
 from iron.dispatch.program import FusionError
 from iron.dispatch.sim_xrt import TRACE_RECORD, read_trace
 
@@ -193,3 +194,20 @@ def test_trace_size_is_part_of_the_cache_key():
     assert sim.misses - before == 3
     with pytest.raises(ValueError, match="trace_size 6 must be a non-negative multiple of 4"):
         chain("sim", trace_size=6).compile(((SIZE,), np.int32))
+
+
+def test_a_design_reading_an_unflushed_weight_reads_stale_device_bytes(monkeypatch):
+    w = np.arange(SIZE, dtype=np.int32)
+
+    def weighted():
+        @graph(backend="sim", device="npu1")
+        def add(g, x):
+            return g(Add32(SIZE), x, g(AddOne(SIZE), g.weight("w", w)))  # the design reads w
+
+        return add
+
+    x = inputs()
+    monkeypatch.setattr(Arena, "flush", lambda self, name: None)
+    assert np.array_equal(weighted()(x), x + 1)  # the device still holds zeros for w
+    monkeypatch.undo()
+    assert np.array_equal(weighted()(x), x + w + 1)
