@@ -14,7 +14,7 @@ from iron.dispatch import get_backend, graph
 from iron.dispatch.fusion import program_mlir
 from iron.dispatch.memory import Arena
 from iron.dispatch.program import FusionError
-from iron.dispatch.sim_xrt import TRACE_RECORD, read_trace
+from iron.dispatch.sim_xrt import TRACE_RECORD, SimulatedXrt, read_trace
 
 SIZE = 1024
 
@@ -211,3 +211,24 @@ def test_a_design_reading_an_unflushed_weight_reads_stale_device_bytes(monkeypat
     assert np.array_equal(weighted()(x), x + 1)  # the device still holds zeros for w
     monkeypatch.undo()
     assert np.array_equal(weighted()(x), x + w + 1)
+
+
+def test_a_per_call_value_that_does_not_fit_a_scratchpad_word_is_refused():
+    stack = layers(1)
+    with pytest.raises(ValueError, match=r"per-call value\(s\) \[2147483648\] do not fit a 32-bit"):
+        stack(inputs(), pos=2**31)
+
+
+def test_the_simulated_device_reads_programs_and_nothing_else(tmp_path):
+    stack = layers(2)
+    stack.compile(((SIZE,), np.int32))
+    (version,) = stack.versions.values()
+    (elf,) = version.image.elves
+    xrt = SimulatedXrt()
+    assert xrt.elf(elf) == version.image.programs[0]
+    for text in ("[]", '{"steps": [1]}', '{"name": "x"}', "\x80\x04K."):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(ValueError, match="not an IRON program"):
+            xrt.elf(tmp_path / "bad.json")
+    with pytest.raises(RuntimeError, match="was given no design or host model for"):
+        xrt.hw_context(xrt.device(0), version.image.programs[0])

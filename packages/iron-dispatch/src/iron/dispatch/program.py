@@ -75,24 +75,32 @@ class Program:
     @staticmethod
     def from_json(text: str) -> Program:
         """A program read back; anything but a program's JSON is a ValueError."""
-        data = json.loads(text)
-        if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
-            raise ValueError("not an IRON program (a JSON object with steps)")
-        steps = tuple(
-            ProgramStep(
+        try:
+            data = json.loads(text)
+            steps = tuple(
+                ProgramStep(
+                    **{
+                        **s,
+                        "args": tuple(
+                            (a, o, n, d, tuple(shape)) for a, o, n, d, shape in s["args"]
+                        ),
+                        "reads": tuple(s["reads"]),
+                        "writes": tuple(s["writes"]),
+                        "params": tuple(tuple(p) for p in s["params"]),
+                    }
+                )
+                for s in data["steps"]
+            )
+            return Program(
                 **{
-                    **s,
-                    "args": tuple((a, o, n, d, tuple(shape)) for a, o, n, d, shape in s["args"]),
-                    "reads": tuple(s["reads"]),
-                    "writes": tuple(s["writes"]),
-                    "params": tuple(tuple(p) for p in s["params"]),
+                    **data,
+                    "steps": steps,
+                    "sizes": tuple(data["sizes"]),
+                    "words": tuple(data["words"]),
                 }
             )
-            for s in data["steps"]
-        )
-        return Program(
-            **{**data, "steps": steps, "sizes": tuple(data["sizes"]), "words": tuple(data["words"])}
-        )
+        except (TypeError, KeyError, ValueError, AttributeError) as error:
+            raise ValueError(f"not an IRON program ({type(error).__name__}: {error})") from None
 
 
 def device_name(op: Operator, design_digest: str) -> str:
