@@ -94,13 +94,39 @@ def test_a_design_repeated_at_16_steps_is_one_device_block():
     text = program_mlir(program, version.image.designs)
     assert len(re.findall(r"^\s*aie\.device\(npu1\) @", text, re.M)) == 2  # AddK's and main
     assert re.search(r"aie\.device\(npu1\) @AddK_[0-9a-f]{8} \{", text)
-    assert text.count("aiex.configure @AddK_") == 16
+    # consecutive steps on one device share a configure point; a second evens the count
+    assert text.count("aiex.configure @AddK_") == 2
     assert text.count("aiex.run @sequence(") == 16
     assert "load_pdi" not in text  # children never load their own PDI
     assert text.count("aiex.scratchpad_parameter @w0 : i32") == 1
     assert "aiex.read_scratchpad_parameter @w0" in text
     offsets = [int(o) for o in re.findall(r"%o\d+_\d+ = arith\.constant (\d+) : index", text)]
     assert len(offsets) == 32 and all(o % 64 == 0 for o in offsets)  # views at granules
+
+
+def test_configure_points_alternate_with_the_device_and_are_even():
+    @graph(backend="sim", device="npu1")
+    def alternating(g, x, *, pos):
+        for _ in range(3):
+            x = g(AddK(SIZE), g(AddOne(SIZE), x), k=pos)
+        return x
+
+    alternating.compile(((SIZE,), np.int32))
+    (version,) = alternating.versions.values()
+    text = program_mlir(version.image.programs[0], version.image.designs)
+    points = re.findall(r"aiex\.configure @(\w+)_", text)
+    assert points == ["AddOne", "AddK"] * 3
+    assert text.count("aiex.run @sequence(") == 6
+
+    @graph(backend="sim", device="npu1")
+    def odd(g, x):
+        return g(AddOne(SIZE), g(AddOne(SIZE), x))
+
+    odd.compile(((SIZE,), np.int32))
+    (version,) = odd.versions.values()
+    text = program_mlir(version.image.programs[0], version.image.designs)
+    assert re.findall(r"aiex\.configure @(\w+)_", text) == ["AddOne", "AddOne"]
+    assert text.count("aiex.run @sequence(") == 2
 
 
 def test_the_fused_mlir_is_built_on_each_designs_own_mlir():

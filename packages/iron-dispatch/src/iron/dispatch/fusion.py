@@ -1,8 +1,9 @@
 """MLIR of a program, built on `iron.design.to_mlir`: one ``aie.device``
 per distinct design and a ``main`` device whose runtime sequence, step by
-step, configures that device and runs its sequence on views of the
-consolidated arguments (input, output, scratch, and trace when traced), the
-way IRON fuses a sequence into one full ELF.
+step, configures that device (once for consecutive steps on one device) and
+runs its sequence on views of the consolidated arguments (input, output,
+scratch, and trace when traced), the way IRON fuses a sequence into one
+full ELF.
 
 The rewrite of each design's own MLIR, and why:
 
@@ -80,20 +81,38 @@ def child(design: Design, name: str, bindings: dict[str, tuple[int, int]]) -> tu
     return text, _ARGUMENT_TYPE.findall(signature.group(1)) if signature else []
 
 
-def _step_lines(step: ProgramStep, types: list[str], sizes: tuple[int, ...]) -> list[str]:
-    lines = [f"aiex.configure @{step.device} {{"]
-    views = []
+def _run_lines(step: ProgramStep, types: list[str], sizes: tuple[int, ...]) -> list[str]:
+    """One step's views of the consolidated arguments and its run."""
+    lines, views = [], []
     for i, ((argument, offset, _, _, _), memref) in enumerate(zip(step.args, types)):
         value = f"%s{step.index}_{i}"
         lines += [
-            f"  %o{step.index}_{i} = arith.constant {offset} : index",
-            f"  {value} = memref.view %{ARGUMENTS[argument]}[%o{step.index}_{i}][] : "
+            f"%o{step.index}_{i} = arith.constant {offset} : index",
+            f"{value} = memref.view %{ARGUMENTS[argument]}[%o{step.index}_{i}][] : "
             f"memref<{max(1, sizes[argument])}xi8> to {memref}",
         ]
         views.append(value)
-    lines.append(f"  aiex.run @sequence({', '.join(views)}) : ({', '.join(types)})")
-    lines.append("}")
+    lines.append(f"aiex.run @sequence({', '.join(views)}) : ({', '.join(types)})")
     return lines
+
+
+def _configure_points(program: Program, types) -> list[list[str]]:
+    """One ``aiex.configure`` per run of consecutive steps on one device
+    (IRON's fusion shares the point the same way). Under
+    ``--expand-load-pdis`` each point loads one of two PDIs in turn, so an
+    odd count would leave the next call reconfiguring over stale state: an
+    extra configuration evens it (IRON's ``needs_additional_reset``)."""
+    points: list[tuple[str, list[str]]] = []
+    for step in program.steps:
+        if not points or points[-1][0] != step.device:
+            points.append((step.device, []))
+        points[-1][1].extend(_run_lines(step, types[step.device], program.sizes))
+    if len(points) % 2:
+        points.append((points[-1][0], []))
+    return [
+        [f"aiex.configure @{device} {{", *("  " + line for line in body), "}"]
+        for device, body in points
+    ]
 
 
 def program_mlir(program: Program, designs: dict[str, Design]) -> str:
@@ -118,8 +137,8 @@ def program_mlir(program: Program, designs: dict[str, Design]) -> str:
         f"%{ARGUMENTS[i]}: memref<{max(1, n)}xi8>" for i, n in enumerate(program.sizes)
     )
     body = ["aiex.sync_scratchpad_parameters_from_host"] if program.words else []
-    for step in program.steps:
-        body += _step_lines(step, types[step.device], program.sizes)
+    for point in _configure_points(program, types):
+        body += point
     lines = ["module {"]
     lines += [f"  aiex.scratchpad_parameter @w{i} : i32" for i in range(len(program.words))]
     lines += children
