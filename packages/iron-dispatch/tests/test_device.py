@@ -10,7 +10,7 @@ from dispatch_fakes import Add32, AddK, AddOne, OffByOne, Twice
 
 from iron.core import Device
 from iron.design import to_mlir
-from iron.dispatch import get_backend, graph
+from iron.dispatch import OperatorSequence, get_backend, graph
 from iron.dispatch.fusion import program_mlir
 from iron.dispatch.memory import Arena
 from iron.dispatch.program import FusionError
@@ -258,3 +258,21 @@ def test_the_simulated_device_reads_programs_and_nothing_else(tmp_path):
             xrt.elf(tmp_path / "bad.json")
     with pytest.raises(RuntimeError, match="was given no design or host model for"):
         xrt.hw_context(xrt.device(0), version.image.programs[0])
+
+
+def test_a_design_parameter_bound_to_a_constant_is_that_constant():
+    @graph(backend="sim", device="npu1")
+    def fixed(g, x, *, pos):
+        return g(AddK(SIZE), x, k=pos * 0 + 7)
+
+    x = inputs()
+    assert np.array_equal(fixed(x, pos=2), x + 7)
+    (version,) = fixed.versions.values()
+    text = program_mlir(version.image.programs[0], version.image.designs)
+    assert "arith.constant 7 : i32" in text
+
+
+def test_a_step_with_a_design_needs_a_device():
+    seq = OperatorSequence("nodevice", [(AddOne(SIZE), "x", "y")], ["x"], ["y"])
+    with pytest.raises(FusionError, match="AddOne has a design, and a design is for one device"):
+        get_backend("sim").compile(seq.runlist, seq.layout)

@@ -30,6 +30,10 @@ ARGUMENTS = ("input", "output", "scratch", "trace")
 VIEW_ALIGNMENT = 4
 
 
+#: a view of a runtime argument: argument index, byte offset, bytes, dtype name, shape
+ViewOf = tuple[int, int, int, str, tuple[int, ...]]
+
+
 class FusionError(ValueError):
     """A step whose design does not fit its operator's buffers."""
 
@@ -41,9 +45,7 @@ class ProgramStep:
     device: str | None  # the device block this step configures; None: a host step
     digest: str | None  # the design's digest
     host: str | None  # the host model's key, for a step without a design
-    args: tuple[
-        tuple[int, int, int, str, tuple[int, ...]], ...
-    ]  # argument, offset, nbytes, dtype, shape
+    args: tuple[ViewOf, ...]
     reads: tuple[int, ...]
     writes: tuple[int, ...]
     # design parameters (a host step: per-call members): name, word (-1: constant), constant
@@ -118,6 +120,11 @@ def step_design(op: Operator, where: str) -> Design | None:
     for an operator without one."""
     if not has_design(type(op)):
         return None
+    if op.device is None:
+        raise FusionError(
+            f"{where}: {type(op).__name__} has a design, and a design is for one device: "
+            "lay the runlist out for a device (OperatorSequence(..., device=...))"
+        )
     design = design_of(op)
     specs = op.arg_specs()
     if len(design.tensors) != len(specs):
@@ -135,13 +142,15 @@ def step_design(op: Operator, where: str) -> Design | None:
     return design
 
 
-def _params(op, design: Design, words: dict[str, int], where: str):
-    """Each design parameter: the word its step binds, else the operator's
-    field of that name as a constant."""
-    params = []
+def _params(op, design: Design, step, where: str):
+    """Each design parameter: the word or constant its step binds, else the
+    operator's field of that name as a constant."""
+    words, constants, params = dict(step.words), dict(step.constants), []
     for name in design.params:
         if name in words:
             params.append((name, words[name], 0))
+        elif name in constants:
+            params.append((name, -1, int(constants[name])))
         elif hasattr(op, name) and isinstance(getattr(op, name), int):
             params.append((name, -1, int(getattr(op, name))))
         else:
@@ -177,7 +186,6 @@ def plan_programs(image, designs: dict) -> tuple[Program, ...]:
                 (a, o, n, dtype_name(element_type(t.dtype).numpy), tuple(t.shape))
                 for (a, o, n, _, _), t in zip(args, design.tensors)
             ]
-        words = dict(step.words)
         steps.append(
             ProgramStep(
                 index=index,
@@ -190,7 +198,7 @@ def plan_programs(image, designs: dict) -> tuple[Program, ...]:
                 args=tuple(args),
                 reads=step.reads,
                 writes=step.writes,
-                params=_params(step.op, design, words, where)
+                params=_params(step.op, design, step, where)
                 if design is not None
                 else tuple((m, w, 0) for m, w in step.words)
                 + tuple((m, -1, c) for m, c in step.constants),
