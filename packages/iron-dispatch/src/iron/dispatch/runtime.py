@@ -30,9 +30,6 @@ from iron.dispatch.memory import DeviceBuffer, view
 
 log = logging.getLogger("iron.dispatch")
 
-#: a full ELF's scratchpad words are int32 (`aiex.scratchpad_parameter ... : i32`)
-WORD = np.int32
-
 
 def scratchpad_layout(elf: str) -> dict[str, tuple[int, int]]:
     """Parameter name -> (scratchpad index, left shift) from the
@@ -103,10 +100,11 @@ class XrtExecutable:
         for run, program, layout in zip(self.runs, self.image.programs, self._scratchpads):
             if not program.words:
                 continue
-            scratchpad = np.frombuffer(run.get_ctrl_scratchpad_bo().map(), WORD)
+            scratchpad = np.frombuffer(run.get_ctrl_scratchpad_bo().map(), np.uint32)
             for local, word in enumerate(program.words):
                 index, shift = layout.get(f"w{local}", (local, 0))
-                scratchpad[index] = int(words[word]) << shift
+                # two's complement in 32 bits; a shifted `core` value loses its top bits
+                scratchpad[index] = (int(words[word]) << shift) & 0xFFFFFFFF
             run.get_ctrl_scratchpad_bo().sync(self.xrt.TO_DEVICE, scratchpad.nbytes, 0)
 
     def __call__(self, values: Mapping[str, int]) -> None:
@@ -120,7 +118,7 @@ class XrtExecutable:
                     f"{self.image.name}: per-call value(s) {out_of_range} do not fit a 32-bit "
                     "scratchpad word"
                 )
-            self._write_words(words.astype(WORD))
+            self._write_words(words)
         if self.poison:
             self.buffers["scratch"].poison(self.image.transients)
             self.buffers["output"].poison([(0, self.buffers["output"].nbytes)])
