@@ -4,7 +4,9 @@
   recorded and laid out in a shared arena;
 - compile: cold (empty cache) and warm (a cache hit: hash + read);
 - per-call host overhead with trivial kernels (steps that compute nothing),
-  against a bare numpy copy of the same input and output bytes.
+  against a bare numpy copy of the same input and output bytes;
+- the device path: 16 steps of one design (iron-design's add_one example)
+  simulated on the sim backend, fused, against their references.
 
     uv run --package iron-dispatch python packages/iron-dispatch/benchmarks/host.py [--write-readme]
 """
@@ -24,6 +26,7 @@ import numpy as np
 from iron.core import ArgSpec, Operator, Tolerance, bf16, capture
 from iron.core.benchmarking import markdown_table, write_readme_section
 from iron.core.spec import IN, OUT
+from iron.design import examples
 from iron.dispatch import CompileCache, OperatorSequence, get_backend, graph
 
 HIDDEN, FFN, HEADS_DIM, LAYERS = 2048, 8192, 512, 16
@@ -152,7 +155,58 @@ def measure(calls: int) -> list[tuple[str, str]]:
         )
     )
     rows.append(("numpy copy, 64 + 64 bf16", f"{memcpy * 1e6:.2f} us"))
+    rows += design_rows(max(3, calls // 500))
     return rows
+
+
+@attrs.frozen
+class AddOne(Operator):
+    """y = x + 1 (int32) with iron-design's add_one example as its design."""
+
+    size: int
+
+    @staticmethod
+    def arg_spec(size):
+        return [ArgSpec("x", (size,), np.int32, IN), ArgSpec("y", (size,), np.int32, OUT)]
+
+    def reference(self, x):
+        return x + np.int32(1)
+
+    def tolerance(self, device=None, *, inputs=None):
+        return Tolerance.exact()
+
+    @staticmethod
+    def design(size, device):
+        return examples.add_one(device, n=size, tile=1024)
+
+
+def design_rows(calls: int) -> list[tuple[str, str]]:
+    size, steps = 4096, 16
+    costs = {}
+    for backend in ("reference", "sim"):
+
+        @graph(backend=backend, device="npu1")
+        def stack(g, x):
+            for _ in range(steps):
+                x = g(AddOne(size), x)
+            return x
+
+        x = np.arange(size, dtype=np.int32)
+        assert np.array_equal(stack(x), x + steps)
+        costs[backend] = per_call(lambda stack=stack, x=x: stack(x), calls)
+    summary = next(iter(stack.versions.values())).image.design_summary()
+    return [
+        (
+            f"{steps} add_one designs, sim fused",
+            f"{costs['sim'] * 1e3:.2f} ms ({costs['sim'] / steps * 1e3:.2f} ms per step, "
+            f"{size} int32 in 1024-element objects; {summary})",
+        ),
+        (
+            f"the same {steps} steps, reference",
+            f"{costs['reference'] * 1e3:.3f} ms ({costs['sim'] / costs['reference']:.0f}x faster "
+            "than simulating the designs)",
+        ),
+    ]
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,27 @@ from iron.core import (
     same_shape_binary,
     same_shape_unary,
 )
+from iron.design import (
+    TAP,
+    Acquire,
+    Call,
+    Design,
+    Drain,
+    Fill,
+    Kernel,
+    Memref,
+    Obj,
+    ObjectFifo,
+    Param,
+    Release,
+    Scalar,
+    Tensor,
+    Worker,
+    core,
+    examples,
+    shim,
+    shipped,
+)
 from iron.dispatch import graph
 
 
@@ -161,6 +182,114 @@ class Mystery(Scale):
     thing: object = None
 
 
+# ---- operators with designs (iron-design's example programs), int32 and exact ----
+
+
+def add_k_model(x, y, n, k):
+    """The arithmetic of a kernel adding the per-call `k` to `n` elements."""
+    y[:n] = x[:n] + np.int32(k)
+
+
+def _add_k_design(device, size, tile):
+    line = Memref((tile,), "i32")
+    kernel = Kernel(
+        "add_k_i32",
+        (line, line, Scalar("i32"), Scalar("i32")),
+        shipped("iron.design", "kernels/add_one.cc"),
+        add_k_model,
+    )
+    body = (
+        Acquire("in"),
+        Acquire("out"),
+        Call(kernel, (Obj("in"), Obj("out"), tile, Param("k"))),
+        Release("in"),
+        Release("out"),
+    )
+    return Design(
+        "add_k",
+        device,
+        (Tensor("x", (size,), "i32", IN), Tensor("y", (size,), "i32", OUT)),
+        fifos=(
+            ObjectFifo("in", (tile,), "i32", shim(), (core("adder"),)),
+            ObjectFifo("out", (tile,), "i32", core("adder"), (shim(),)),
+        ),
+        workers=(Worker("adder", body),),
+        sequence=(Fill("in", "x", TAP.linear(size)), Drain("out", "y", TAP.linear(size))),
+        params=("k",),
+    )
+
+
+@attrs.frozen
+class AddOne(Operator):
+    """y = x + 1 (int32), with iron-design's add_one example as its design."""
+
+    size: int
+    tile: int = 256
+
+    @staticmethod
+    def arg_spec(size):
+        return same_shape_unary(size, np.int32)
+
+    def reference(self, x):
+        return x + np.int32(1)
+
+    def tolerance(self, device=None, *, inputs=None):
+        return Tolerance.exact()
+
+    @staticmethod
+    def design(size, tile, device):
+        return examples.add_one(device, n=size, tile=tile)
+
+
+@attrs.frozen
+class AddK(AddOne):
+    """y = x + k, k per call: its design reads k from the scratchpad."""
+
+    k: int = per_call(0)
+
+    def reference(self, x, *, k):
+        return x + np.int32(k)
+
+    @staticmethod
+    def design(size, tile, device):
+        return _add_k_design(device, size, tile)
+
+
+@attrs.frozen
+class Twice(AddOne):
+    """y = 2 x (int32), with no design: it runs on the host model."""
+
+    design = None
+
+    def reference(self, x):
+        return x * np.int32(2)
+
+
+@attrs.frozen
+class Add32(Operator):
+    """y = a + b (int32), no design: it runs on the host model."""
+
+    size: int
+
+    @staticmethod
+    def arg_spec(size):
+        return same_shape_binary(size, np.int32)
+
+    def reference(self, a, b):
+        return a + b
+
+    def tolerance(self, device=None, *, inputs=None):
+        return Tolerance.exact()
+
+
+@attrs.frozen
+class OffByOne(AddOne):
+    """A design that disagrees with its reference (x + 1 against x + 2)."""
+
+    def reference(self, x):
+        return x + np.int32(2)
+
+
 # ---- a small stateful model: slices, in-place steps, a state, per-call values ----
 
 N, ROWS = 256, 16
@@ -200,12 +329,30 @@ def race_for_key(root, key, log, out):
 
     cache = CompileCache(root)
 
-    def build():
+    def build(staging):
         with open(log, "a") as f:
             f.write("built\n")
         time.sleep(0.5)
-        return b"artifact-" + key.encode()
+        (staging / "artifact.txt").write_text("artifact-" + key)
 
-    data, hit = cache.get_or_build(key, build)
+    entry, hit = cache.get_or_build(key, build)
     with open(out, "a") as f:
-        f.write(f"{data.decode()} {hit}\n")
+        f.write(f"{(entry / 'artifact.txt').read_text()} {hit}\n")
+
+
+def compile_in_process(root, out, start):
+    """One of several processes compiling one graph into one cache at once."""
+    import os
+
+    os.environ["IRON_CACHE_HOME"] = str(root)
+    from iron.dispatch import get_backend
+
+    @graph(backend="sim", device="npu1")
+    def raced(g, x):
+        return g(AddOne(1024), g(AddOne(1024), x))
+
+    start.wait()
+    raced.compile(((1024,), np.int32))
+    sim = get_backend("sim")
+    with open(out, "a") as f:
+        f.write(f"{sim.hits} {sim.misses}\n")

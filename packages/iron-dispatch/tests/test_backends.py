@@ -18,7 +18,9 @@ from iron.dispatch import (
 )
 from iron.dispatch.executable import allocate
 from iron.dispatch.memory import Arena
+from iron.dispatch.runtime import XrtExecutable
 from iron.dispatch.selection import auto_choice
+from iron.dispatch.sim_xrt import SimBufferObject
 
 
 def rows(n, seed):
@@ -57,6 +59,10 @@ def test_a_weight_that_is_never_flushed_is_stale_on_the_device(weight, monkeypat
     monkeypatch.setattr(Arena, "flush", lambda self, name: None)
     stale = make_model(weight, backend="sim")
     assert stale(x, pos=0).tobytes() != right.tobytes()
+    # the run went through the XRT seam: the arena is a simulated buffer object
+    (version,) = stale.versions.values()
+    assert isinstance(version.executable, XrtExecutable)
+    assert isinstance(stale._memory.buffer.bo, SimBufferObject)
     unified = make_model(
         weight, backend="reference"
     )  # host and device share bytes: nothing to flush
@@ -206,10 +212,13 @@ def test_auto_picks_sim_without_an_npu_and_says_why_npu_was_passed_over(npu_stac
     assert get_backend().name == "sim"
 
 
-def test_with_the_npu_stack_present_npu_still_waits_for_its_lowering(npu_stack):
+def test_with_the_npu_stack_present_npu_still_needs_aiecc_and_peano(npu_stack, monkeypatch):
     npu_stack(present=True)
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("MLIR_AIE_INSTALL_DIR", raising=False)
+    monkeypatch.setenv("PEANO_INSTALL_DIR", "/nonexistent-peano")
     chosen, passed_over = auto_choice()
-    assert chosen == "sim" and "IRON's mlir-aie lowering is not built yet" in passed_over["npu"]
+    assert chosen == "sim" and "cannot compile designs here; missing aiecc" in passed_over["npu"]
 
 
 def test_reload_makes_fresh_backend_instances():

@@ -28,8 +28,19 @@ def test_demo_end_to_end_in_a_fresh_cache(tmp_path, monkeypatch, capsys):
     assert f"written to {demo_dir()}" in out
     assert "random (seed 0)" in out and "gibberish by design" in out
     assert "Iron is the fourth most common element" in out
-    for row in ("backend", "time to first token", "decode", "peak RSS", "steady RSS"):
+    for row in (
+        "backend",
+        "device steps",
+        "time to first token",
+        "decode",
+        "peak RSS",
+        "steady RSS",
+    ):
         assert row in out
+    # no family operator has a design yet: every step is counted as falling back
+    assert re.search(
+        r"device steps +0 of \d+ steps ran designs; \d+ fell back to host models \(", out
+    )
     assert "accuracy over 40 teacher-forced steps: PASS" in out and "top-1 mismatches" in out
     assert (demo_dir() / "config.json").is_file()
 

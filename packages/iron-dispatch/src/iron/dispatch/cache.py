@@ -1,12 +1,22 @@
-"""The compile cache: content-keyed, atomic, safe across processes.
+"""The compile cache: content-keyed folders of data, atomic, safe across
+processes, and careful with folders that are not its own.
 
-An entry is a directory ``<root>/<key[:2]>/<key>/`` holding the artifact and
-a ``meta.json`` with its size and sha256. It is written into a temporary
-directory beside it and renamed into place, under a per-key file lock, so
-two processes compiling one key compile once and both read a whole entry.
-An entry that fails validation (truncated, wrong checksum) is rebuilt, never
-served. The root is ``IRON_CACHE_HOME``, else the user cache directory +
-``/iron`` (`iron.core.settings`).
+An entry is a folder ``<root>/<key[:2]>/<key>/`` (the key: 64 hex digits)
+of plain files (JSON, MLIR text, kernel objects, ELFs) and a manifest,
+``iron-cache.json``, listing every file with its size and sha256. Nothing
+in an entry is ever executed or unpickled: the cache reads bytes and JSON.
+An entry is built in a staging folder beside it and renamed into place
+under a per-key file lock, so two processes compiling one key compile once;
+a failed build leaves nothing behind.
+
+An entry that fails validation (no manifest, a manifest that is truncated
+or not a JSON object, a file whose size or checksum differs, a folder
+replaced by a file or a symlink, or contents the caller rejects) is a miss:
+it is rebuilt, and the new manifest says what was repaired, which `iron
+cache info` lists. `clear` removes only entries with the cache's manifest
+(and its own locks and staging folders), never follows a symlink, and
+leaves anything else in the root alone. The root is ``IRON_CACHE_HOME``,
+else the user cache directory + ``/iron`` (`iron.core.settings`).
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -28,13 +39,25 @@ try:
 except ImportError:  # not on Windows: a plain exclusive lock file instead
     fcntl = None
 
-ARTIFACT = "artifact.bin"
-META = "meta.json"
+MANIFEST = "iron-cache.json"
+FORMAT = "iron-cache/2"
+STAGING_MARK = ".iron-staging"
+#: the Cache Directory Tagging Specification's signature, so backup tools skip the cache
+CACHEDIR_TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# the IRON compile cache\n"
+_KEY = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def cache_home() -> Path:
-    """Where compiled images are kept: ``IRON_CACHE_HOME`` or its default."""
+    """Where compiled programs are kept: ``IRON_CACHE_HOME`` or its default."""
     return settings.current().cache_home
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 class CompileCache:
@@ -42,57 +65,115 @@ class CompileCache:
         self.root = Path(root) if root is not None else cache_home()
 
     def entry(self, key: str) -> Path:
+        if not _KEY.match(key):
+            raise ValueError(f"a cache key is 64 lowercase hex digits, got {key!r}")
         return self.root / key[:2] / key
 
-    def read(self, key: str) -> bytes | None:
-        """The artifact under `key`, or None if absent or invalid."""
+    # ---- reading ----
+
+    def check(self, key: str) -> tuple[dict | None, str | None]:
+        """(manifest, None) for a valid entry; (None, why) otherwise, why
+        being None when there is simply no entry."""
         entry = self.entry(key)
+        if entry.is_symlink():
+            return None, "the entry was a symlink"
+        if not entry.exists():
+            return None, None
+        if not entry.is_dir():
+            return None, "the entry's folder was a file"
         try:
-            meta = json.loads((entry / META).read_text())
-            data = (entry / ARTIFACT).read_bytes()
+            manifest = json.loads((entry / MANIFEST).read_text())
+        except FileNotFoundError:
+            return None, "the manifest was missing"
         except (OSError, ValueError):
-            return None
-        if (
-            meta.get("key") != key
-            or meta.get("nbytes") != len(data)
-            or meta.get("sha256") != hashlib.sha256(data).hexdigest()
-        ):
-            return None
-        return data
+            return None, "the manifest was truncated or not JSON"
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+            return None, "the manifest was not a JSON object with files"
+        if manifest.get("format") != FORMAT or manifest.get("key") != key:
+            return None, "the manifest was another format or key"
+        for name, record in manifest["files"].items():
+            path = entry / name
+            if (
+                not isinstance(record, dict)
+                or path.is_symlink()
+                or not path.is_file()
+                or path.stat().st_size != record.get("nbytes")
+                or file_sha256(path) != record.get("sha256")
+            ):
+                return None, f"file {name} was missing or changed"
+        return manifest, None
 
-    def get_or_build(self, key: str, build: Callable[[], bytes], **meta) -> tuple[bytes, bool]:
-        """(artifact, hit). On a miss `build()` runs once across processes."""
-        data = self.read(key)
-        if data is not None:
-            return data, True
+    def get_or_build(
+        self,
+        key: str,
+        build: Callable[[Path], dict | None],
+        *,
+        accept: Callable[[Path], bool] | None = None,
+        **meta,
+    ) -> tuple[Path, bool]:
+        """(entry folder, hit). On a miss ``build(staging)`` writes the
+        entry's files into `staging` (and may return more manifest fields);
+        it runs once across processes. `accept(entry)` may reject a valid
+        entry's contents (it is then repaired like an invalid one)."""
+        entry, why = self._valid(key, accept)
+        if entry is not None:
+            return entry, True
         with self._lock(key):
-            data = self.read(key)  # another process may have built it meanwhile
-            if data is not None:
-                return data, True
-            data = build()
-            self._write(key, data, meta)
-            return data, False
+            entry, why = self._valid(key, accept)  # another process may have built it meanwhile
+            if entry is not None:
+                return entry, True
+            return self._write(key, build, meta, repaired=why), False
 
-    def _write(self, key: str, data: bytes, meta: dict) -> None:
+    def _valid(self, key: str, accept) -> tuple[Path | None, str | None]:
+        manifest, why = self.check(key)
+        if manifest is None:
+            return None, why
+        entry = self.entry(key)
+        if accept is not None and not accept(entry):
+            return None, "the contents did not match what this compile expects"
+        return entry, None
+
+    # ---- writing ----
+
+    def _write(self, key: str, build, meta: dict, repaired: str | None) -> Path:
         entry = self.entry(key)
         entry.parent.mkdir(parents=True, exist_ok=True)
+        self._tag()
         staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         try:
-            (staging / ARTIFACT).write_bytes(data)
-            record = {
-                **meta,
-                "key": key,
-                "nbytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "created": time.time(),
+            (staging / STAGING_MARK).touch()
+            extra = build(staging) or {}
+            (staging / STAGING_MARK).unlink()
+            files = {
+                str(p.relative_to(staging)): {"nbytes": p.stat().st_size, "sha256": file_sha256(p)}
+                for p in sorted(staging.rglob("*"))
+                if p.is_file()
             }
-            (staging / META).write_text(json.dumps(record, indent=1))
-            if entry.exists():  # an invalid entry: replace it whole
-                shutil.rmtree(entry)
+            manifest = {**meta, **extra, "format": FORMAT, "key": key, "files": files,
+                        "created": time.time()}  # fmt: skip
+            if repaired:
+                manifest["repaired"] = repaired
+            (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            self._remove_invalid(entry)
             os.rename(staging, entry)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        return entry
+
+    @staticmethod
+    def _remove_invalid(entry: Path) -> None:
+        """Clear the way for a rebuilt entry: a symlink or file is unlinked
+        (a symlink's target is never touched), a folder removed."""
+        if entry.is_symlink() or entry.is_file():
+            entry.unlink()
+        elif entry.exists():
+            shutil.rmtree(entry)
+
+    def _tag(self) -> None:
+        tag = self.root / "CACHEDIR.TAG"
+        if not tag.exists():
+            tag.write_text(CACHEDIR_TAG)
 
     @contextlib.contextmanager
     def _lock(self, key: str):
@@ -120,28 +201,69 @@ class CompileCache:
 
     # ---- maintenance ----
 
+    def _prefixes(self) -> list[Path]:
+        """The two-hex-digit folders, never through a symlink."""
+        if not self.root.is_dir() or self.root.is_symlink():
+            return []
+        return [
+            p
+            for p in sorted(self.root.iterdir())
+            if not p.is_symlink() and p.is_dir() and re.fullmatch(r"[0-9a-f]{2}", p.name)
+        ]
+
+    def _children(self):
+        """Everything inside the two-hex-digit folders, never through a symlink."""
+        for prefix in self._prefixes():
+            yield from sorted(prefix.iterdir())
+
     def entries(self) -> list[dict]:
         found = []
-        for meta in sorted(self.root.glob(f"*/*/{META}")):
-            try:
-                found.append({**json.loads(meta.read_text()), "path": str(meta.parent)})
-            except (OSError, ValueError):
-                found.append({"path": str(meta.parent), "invalid": True})
+        for child in self._children():
+            if not _KEY.match(child.name) or child.name[:2] != child.parent.name:
+                continue
+            manifest, why = self.check(child.name)
+            if manifest is None:
+                found.append({"key": child.name, "path": str(child), "invalid": why})
+            else:
+                nbytes = sum(f["nbytes"] for f in manifest["files"].values())
+                found.append({**manifest, "nbytes": nbytes, "path": str(child)})
         return found
 
     def info(self) -> dict:
         entries = self.entries()
         return {
             "root": str(self.root),
-            "entries": len(entries),
+            "entries": sum("invalid" not in e for e in entries),
             "bytes": sum(e.get("nbytes", 0) for e in entries),
+            "repaired": [e["key"] for e in entries if e.get("repaired")],
+            "invalid": [e["key"] for e in entries if e.get("invalid")],
         }
 
     def clear(self) -> int:
-        """Remove every entry (only the cache's own two-level folders)."""
-        count = len(self.entries())
-        if self.root.exists():
-            for child in self.root.iterdir():
-                if child.is_dir() and len(child.name) == 2:
-                    shutil.rmtree(child)
-        return count
+        """Remove the cache's own entries, locks and staging folders; count
+        the entries removed. Anything else (another tool's files, a symlink)
+        stays, and so does a folder that still holds it."""
+        removed = 0
+        for child in list(self._children()):
+            if child.is_symlink():
+                continue
+            if child.is_dir() and _KEY.match(child.name) and self._owned(child):
+                shutil.rmtree(child)
+                removed += 1
+            elif child.is_dir() and (child / STAGING_MARK).is_file() and child.name.startswith("."):
+                shutil.rmtree(child)
+            elif child.is_file() and child.name.endswith(".lock") and _KEY.match(child.name[:-5]):
+                child.unlink()
+        for prefix in self._prefixes():
+            with contextlib.suppress(OSError):
+                prefix.rmdir()  # only if now empty
+        return removed
+
+    @staticmethod
+    def _owned(entry: Path) -> bool:
+        """The folder holds this cache's manifest (valid or not, it is ours)."""
+        try:
+            manifest = json.loads((entry / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(manifest, dict) and manifest.get("format") == FORMAT

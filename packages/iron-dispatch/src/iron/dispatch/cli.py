@@ -12,7 +12,9 @@ def configure_cache(parser) -> None:
     info = actions.add_parser("info", help="where the cache is and what it holds")
     info.add_argument("--json", action="store_true")
     info.set_defaults(func=cache_info)
-    actions.add_parser("clear", help="remove every entry").set_defaults(func=cache_clear)
+    actions.add_parser(
+        "clear", help="remove the cache's own entries (anything else in the folder stays)"
+    ).set_defaults(func=cache_clear)
 
 
 def cache_info(args) -> int:
@@ -23,9 +25,15 @@ def cache_info(args) -> int:
         return 0
     print(f"{info['root']}: {info['entries']} entries, {info['bytes']} bytes")
     for entry in cache.entries():
+        if entry.get("invalid"):
+            print(f"  {entry['key'][:16]}  invalid: {entry['invalid']} (rebuilt on next use)")
+            continue
+        kind = entry.get("backend") or entry.get("kind", "?")
         print(
-            f"  {entry.get('key', '?')[:16]}  {entry.get('backend', '?'):9} {entry.get('mode', '?'):8} {entry.get('nbytes', 0):>10} B  {entry.get('name', '')}"
+            f"  {entry['key'][:16]}  {kind:9} {entry.get('mode', ''):8} {entry['nbytes']:>10} B  {entry.get('name', '')}"
         )
+        if entry.get("repaired"):
+            print(f"    repaired: {entry['repaired']}")
     return 0
 
 

@@ -1,29 +1,27 @@
-"""Running an image on the host: its buffers, its steps bound to typed
-views of them, and the executables of the three dispatch modes.
+"""Running an image on the host (the reference backend, and backends
+built like it): its buffers, its steps bound to typed views of them, and
+the executables of two dispatch modes.
 
 - fused (`FusedExecutable`): one run over the whole runlist; inputs synced
   before it and outputs after; per-call values through the parameter
   scratchpad, written and synced before each run;
 - separate (`SeparateExecutable`): one dispatch per step, per-call values as
-  dispatch scalars, every non-input buffer pulled back after the chain;
-- compare (`CompareExecutable`): separate dispatch with each step judged
-  against its operator's reference on the inputs the device had.
+  dispatch scalars, every non-input buffer pulled back after the chain.
+
+The device backends (sim, npu) run images through `iron.dispatch.runtime`.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 
 import attrs
 import numpy as np
 
-from iron.core import Device, Operator, compare
+from iron.core import Operator
 from iron.core.capture import Expr
 from iron.dispatch.image import Image, ImageStep
 from iron.dispatch.memory import DeviceBuffer, view
-
-log = logging.getLogger("iron.dispatch")
 
 
 def allocate(
@@ -197,42 +195,3 @@ class SeparateExecutable(FusedExecutable):
 
     scratchpad = False
     pulls_back_scratch = True
-
-
-class CompareExecutable(SeparateExecutable):
-    """Separate dispatch, each step judged against the operator's reference
-    on the inputs the device actually had, with the tolerance the operator
-    gives for `device` and those inputs (its per-call members set to the
-    call's values). Errors do not accumulate: every step starts from the
-    device's state. `reports` holds the last call's judgements."""
-
-    def __init__(self, image, buffers, *, device_model, poison, device: Device | None) -> None:
-        super().__init__(image, buffers, device_model=device_model, poison=poison)
-        self.device = device
-        self._references = [kernel(s.op, use_device_model=False) for s in image.steps]
-
-    def run(self, steps: list[BoundStep], words) -> None:
-        self.reports = []
-        for step, reference in zip(steps, self._references):
-            spec = step.step
-            inputs = [step.arrays[i].copy() for i in spec.reads]  # read back from the device
-            step(words)
-            values = step.values(words)
-            expected = reference(*inputs, **values)
-            op = attrs.evolve(spec.op, **values) if values else spec.op
-            tolerance = op.tolerance(self.device, inputs=inputs)
-            for i, want in zip(spec.writes, expected):
-                output = str(spec.names[i])
-                verdict = compare(step.arrays[i], want, tolerance, name=output)
-                self.reports.append(
-                    StepReport(step.index, type(spec.op).__name__, output, verdict.max_abs,
-                               verdict.max_rel, verdict.passed, verdict.detail)
-                )  # fmt: skip
-                if not verdict.passed:
-                    log.warning(
-                        "%s step %d (%s): %s",
-                        self.image.name,
-                        step.index,
-                        type(spec.op).__name__,
-                        verdict.detail,
-                    )

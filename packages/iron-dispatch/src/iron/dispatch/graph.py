@@ -33,6 +33,7 @@ from iron.core import Device, as_dtype, dtype_name, settings
 from iron.core.capture import Graph, Value, storage_key
 from iron.dispatch.backends import Backend
 from iron.dispatch.executable import allocate
+from iron.dispatch.image import design_summary
 from iron.dispatch.layout import Layout, arena_layout
 from iron.dispatch.memory import Arena, view
 from iron.dispatch.runlist import Runlist
@@ -43,20 +44,32 @@ log = logging.getLogger("iron.dispatch")
 PIECE_BYTES = 64 * 2**20
 
 
-def graph(fn=None, *, name=None, backend=None, mode="fused", device=None, poison=None, flags=()):
+def graph(
+    fn=None,
+    *,
+    name=None,
+    backend=None,
+    mode="fused",
+    device=None,
+    poison=None,
+    flags=(),
+    trace_size=0,
+):
     """Make a `GraphFunction` of ``fn(g, *inputs, **per_call_values)``.
 
     `backend`: a registered backend name or "auto" (default: ``IRON_BACKEND``,
     else "auto"); `mode`: "fused", "separate" or "compare"; `device`: a
     `Device` or name (default ``IRON_DEVICE``, else npu2); `poison`: fill
     transients with NaN before every run (default ``IRON_POISON``, else off);
-    `flags`: strings that are part of the compiled image's identity (e.g.
-    "trace")."""
+    `flags`: strings that are part of the compiled image's identity;
+    `trace_size`: bytes of a trace buffer the device fills on every call
+    (0: none; part of the identity and of aiecc's flags; `Version.trace`)."""
 
     def wrap(fn):
         return GraphFunction(
-            fn, name=name, backend=backend, mode=mode, device=device, poison=poison, flags=flags
-        )
+            fn, name=name, backend=backend, mode=mode, device=device, poison=poison, flags=flags,
+            trace_size=trace_size,
+        )  # fmt: skip
 
     return wrap(fn) if fn is not None else wrap
 
@@ -92,6 +105,12 @@ class Version:
         """Compare mode: the last call's per-step judgements."""
         return self.executable.reports
 
+    @property
+    def trace(self) -> bytes:
+        """The trace buffer after the last call (empty unless traced); the
+        simulated device's records read with `iron.dispatch.sim_xrt.read_trace`."""
+        return getattr(self.executable, "trace", b"")
+
     def __call__(self, arrays, values):
         for target, array in zip(self._inputs, arrays):
             target[...] = array
@@ -102,7 +121,16 @@ class Version:
 
 class GraphFunction:
     def __init__(
-        self, fn, *, name=None, backend=None, mode="fused", device=None, poison=None, flags=()
+        self,
+        fn,
+        *,
+        name=None,
+        backend=None,
+        mode="fused",
+        device=None,
+        poison=None,
+        flags=(),
+        trace_size=0,
     ):
         self.fn, self.name = fn, name or fn.__name__
         self.input_names, self.value_names = _parameters(fn, self.name)
@@ -115,6 +143,7 @@ class GraphFunction:
         elif isinstance(device, str):
             device = Device.from_name(device)
         self.device, self.mode, self.flags = device, mode, tuple(flags)
+        self.trace_size = trace_size
         self.poison = current.poison if poison is None else poison
         self.arena = ArenaPlan(alignment=max(64, device.coherence_granule))
         self.versions: dict[tuple, Version] = {}
@@ -161,7 +190,9 @@ class GraphFunction:
         layout, report, _ = arena_layout(runlist, self.arena, self._residents(g))
         log.debug("%s", report)
         backend = self.backend
-        image = backend.compile(runlist, layout, self.mode, self.flags)
+        # only a traced graph passes trace_size: a backend that cannot trace needs no such keyword
+        traced = {"trace_size": self.trace_size} if self.trace_size else {}
+        image = backend.compile(runlist, layout, self.mode, self.flags, **traced)
         memory = self._arena_memory(backend)
         buffers = allocate(
             image,
@@ -311,12 +342,23 @@ class GraphFunction:
             self.load()
         return version(arrays, values)
 
+    def design_summary(self) -> str:
+        """Over every version: how many steps run designs on the device and
+        which operators fall back to host models (a host backend: none)."""
+        images = [v.image for v in self.versions.values() if v.image.programs]
+        if not images:
+            return f"backend {self.backend.name} runs no device programs: every step on the host"
+        return design_summary(images)
+
     def summary(self) -> str:
         lines = [
             f"{self.name}: {len(self.versions)} version(s), arena {self.arena.size} B, backend {self.backend.name}"
         ]
         for signature, version in self.versions.items():
-            lines.append(f"  {signature}: {len(version.runlist.steps)} steps; {version.report}")
+            designs = f"; {version.image.design_summary()}" if version.image.programs else ""
+            lines.append(
+                f"  {signature}: {len(version.runlist.steps)} steps; {version.report}{designs}"
+            )
         return "\n".join(lines)
 
 

@@ -17,11 +17,16 @@ from pathlib import Path
 
 import iron.alloc
 import iron.core
+import iron.design
 from iron.dispatch.layout import Layout
 from iron.dispatch.runlist import Runlist
 
 #: IRON's own runtime sources: a change to any of them may change what an image means
-PROJECT_ROOTS = tuple(Path(p).parent for p in (iron.core.__file__, iron.alloc.__file__, __file__))
+#: (iron-design's too: it emits the MLIR and simulates the designs)
+PROJECT_ROOTS = tuple(
+    Path(p).parent
+    for p in (iron.core.__file__, iron.alloc.__file__, iron.design.__file__, __file__)
+)
 
 
 def digest(text: str) -> str:
@@ -52,7 +57,7 @@ def _sources() -> tuple[tuple[str, str], ...]:
 
 
 def project_digest() -> str:
-    """Digest of IRON's own runtime sources (core, alloc, dispatch)."""
+    """Digest of IRON's own runtime sources (core, alloc, design, dispatch)."""
     h = hashlib.sha256()
     for path, name in _sources():
         h.update(f"{name} {file_digest(path)}\n".encode())

@@ -7,6 +7,11 @@ a coherence granule at a time, so a buffer that shares a granule with a
 neighbour cannot be synced on its own (as on the real device). The reference
 backend uses unified buffers: one set of bytes, syncs are free.
 
+A buffer the XRT runtime uses is `attach`ed to an XRT buffer object (see
+`iron.dispatch.xrt`): from then on its host bytes are the object's map, the
+device's bytes are reachable only through the object's syncs, and growing it
+pulls the device's contents back, allocates a larger object and pushes them.
+
 An `Arena` is the runtime side of an `iron.alloc.ArenaPlan`: one buffer that
 grows when the plan grows (contents kept, `generation` bumped so views are
 rebuilt) and remembers which residents were uploaded.
@@ -39,6 +44,27 @@ class DeviceBuffer:
         self.device = self.host if unified else np.zeros(nbytes, np.uint8)
         self.regions: dict[str, tuple[int, int]] = {}
         self.generation = 0
+        self.bo = None  # the XRT buffer object behind the device side, once attached
+        self._xrt = self._xrt_device = None
+
+    def attach(self, xrt, device) -> None:
+        """Put the device side in an XRT buffer object of `device` (once per
+        XRT device; a buffer shared by several loaded images keeps one)."""
+        if self.unified:
+            raise ValueError(f"{self.name}: a unified buffer has no device side to attach")
+        if self.bo is not None and self._xrt_device is device:
+            return
+        self._xrt, self._xrt_device = xrt, device
+        self._rebind(self.device)
+
+    def _rebind(self, device_bytes: np.ndarray) -> None:
+        """A fresh buffer object holding `device_bytes` on its device side."""
+        bo = self._xrt.bo(self._xrt_device, self.nbytes)
+        host = np.frombuffer(bo.map(), np.uint8)[: self.nbytes]
+        host[...] = device_bytes
+        bo.sync(self._xrt.TO_DEVICE, self.nbytes, 0)
+        host[...] = self.host
+        self.bo, self.host, self.device = bo, host, None
 
     @property
     def nbytes(self) -> int:
@@ -47,6 +73,17 @@ class DeviceBuffer:
     def grow(self, nbytes: int) -> None:
         """Reallocate at `nbytes`, keeping both sides' contents."""
         if nbytes <= self.nbytes:
+            return
+        if self.bo is not None:  # the device's bytes move through the host
+            device = np.zeros(nbytes, np.uint8)
+            self.bo.sync(self._xrt.FROM_DEVICE, self.nbytes, 0)
+            device[: self.nbytes] = self.host  # (the host's own writes were not synced: dropped)
+            host = np.zeros(nbytes, np.uint8)
+            host[: self.nbytes] = self.host
+            log.info("%s grew from %d to %d bytes", self.name, self.nbytes, nbytes)
+            self.host = host
+            self._rebind(device)
+            self.generation += 1
             return
         host = np.zeros(nbytes, np.uint8)
         host[: self.nbytes] = self.host
@@ -81,17 +118,31 @@ class DeviceBuffer:
     def sync_to_device(self, name: str | None = None) -> None:
         if not self.unified:
             lo, hi = self.granules(name) if name else (0, self.nbytes)
-            self.device[lo:hi] = self.host[lo:hi]
+            if self.bo is not None:
+                if hi > lo:
+                    self.bo.sync(self._xrt.TO_DEVICE, hi - lo, lo)
+            else:
+                self.device[lo:hi] = self.host[lo:hi]
 
     def sync_from_device(self, name: str | None = None) -> None:
         if not self.unified:
             lo, hi = self.granules(name) if name else (0, self.nbytes)
-            self.host[lo:hi] = self.device[lo:hi]
+            if self.bo is not None:
+                if hi > lo:
+                    self.bo.sync(self._xrt.FROM_DEVICE, hi - lo, lo)
+            else:
+                self.host[lo:hi] = self.device[lo:hi]
 
     def poison(self, ranges) -> None:
-        """Fill byte ranges of device memory with NaN bytes."""
+        """Fill byte ranges of device memory with NaN bytes (through the host
+        and a sync where the device side is a buffer object: ranges are whole
+        granules of bytes no one else owns, as the layout aligns them)."""
         for offset, nbytes in ranges:
-            self.device[offset : offset + nbytes] = np.resize(POISON, nbytes)
+            if self.bo is not None:
+                self.host[offset : offset + nbytes] = np.resize(POISON, nbytes)
+                self.bo.sync(self._xrt.TO_DEVICE, nbytes, offset)
+            else:
+                self.device[offset : offset + nbytes] = np.resize(POISON, nbytes)
 
 
 def view(memory: np.ndarray, offset: int, nbytes: int, dtype, shape) -> np.ndarray:

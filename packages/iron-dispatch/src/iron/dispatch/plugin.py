@@ -51,5 +51,28 @@ def iron_doctor(report):
     else:
         over = f" (passed over: {', '.join(passed_over)})" if passed_over else ""
         report("backend auto", chosen + over)
+    report("device steps", operators_with_designs())
     info = CompileCache().info()
-    report("compile cache", f"{info['root']}: {info['entries']} entries, {info['bytes']} B")
+    repaired = f", {len(info['repaired'])} repaired" if info["repaired"] else ""
+    report(
+        "compile cache", f"{info['root']}: {info['entries']} entries, {info['bytes']} B{repaired}"
+    )
+
+
+def operators_with_designs() -> str:
+    """Which registered operators run designs on the device (sim, npu) and
+    which fall back to host models there (imports each operator's module)."""
+    from iron.core import registry
+    from iron.design import has_design
+
+    with_design, without = [], []
+    for entry in registry.operators():
+        try:
+            cls = registry.get_operator(entry.name)
+        except Exception:  # reported by the registry's own doctor line
+            continue
+        (with_design if has_design(cls) else without).append(entry.name)
+    total = len(with_design) + len(without)
+    named = f" ({', '.join(with_design)})" if with_design else ""
+    back = f"; {len(without)} fall back to host models on sim" if without else ""
+    return f"{len(with_design)} of {total} registered operators have designs{named}{back}"

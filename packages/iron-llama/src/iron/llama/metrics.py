@@ -36,6 +36,7 @@ class Metrics:
     steady what is resident now."""
 
     backend: str
+    designs: str  # how many steps ran designs on the device, which fell back
     load_seconds: float | None
     ttft_seconds: float | None
     decode_seconds: tuple[float, ...]
@@ -59,6 +60,7 @@ class Metrics:
         steps = len(self.decode_seconds)
         return [
             ("backend", self.backend),
+            ("device steps", self.designs),
             ("load (read, compile, upload)", seconds(self.load_seconds)),
             ("time to first token", seconds(self.ttft_seconds)),
             (

@@ -286,6 +286,7 @@ class Model:
         peak, steady = resident_bytes()
         return Metrics(
             backend=self.forward.backend.name,
+            designs=self.forward.design_summary(),
             load_seconds=self._load_seconds,
             ttft_seconds=self._ttft,
             decode_seconds=tuple(self._decode_seconds),

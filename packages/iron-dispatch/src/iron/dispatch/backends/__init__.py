@@ -15,6 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
+import attrs
+
 from iron.core import Device
 from iron.dispatch.cache import CompileCache
 from iron.dispatch.executable import StepReport
@@ -22,6 +24,7 @@ from iron.dispatch.identity import digest, key_text
 from iron.dispatch.image import Image, build
 from iron.dispatch.layout import Layout
 from iron.dispatch.memory import DeviceBuffer
+from iron.dispatch.pipeline import loadable, matches, write_artifacts
 from iron.dispatch.runlist import Runlist
 
 log = logging.getLogger("iron.dispatch")
@@ -69,7 +72,10 @@ class Backend(Protocol):
 
     def compile(self, runlist: Runlist, layout: Layout, mode: str = "fused", flags=()) -> Image:
         """The image of `runlist` laid out by `layout`, in dispatch `mode`;
-        `flags` (strings such as "trace") are part of its identity. Raises
+        `flags` (strings) are part of its identity. A graph function with a
+        trace buffer also passes ``trace_size=`` (bytes); a backend that
+        cannot trace may leave the keyword out and is never passed it
+        otherwise. Raises
         `ValueError` naming the backend and its modes for a mode it does
         not run (compare included: no silent plain run), `BackendUnavailable`
         when it cannot run here, `CompileError` when the runlist cannot be
@@ -91,16 +97,20 @@ class Backend(Protocol):
 
 class CompilingBackend:
     """What IRON's backends share: `compile` checks the mode and
-    availability and goes through the compile cache (a hit costs a hash and
-    a read), building with `iron.dispatch.image.build`. Subclasses set
-    `name`, `unified`, `modes`, `max_words` (the parameter scratchpad's
-    words, None for no limit) and define `load`; `hits` and `misses` count
-    cache lookups."""
+    availability, builds the image in memory (`iron.dispatch.image.build`)
+    and goes through the compile cache for its artifacts
+    (`iron.dispatch.pipeline`): a hit costs a hash and a read, a miss writes
+    them. Subclasses set `name`, `unified`, `modes`, `max_words` (the
+    parameter scratchpad's words, None for no limit), `device_programs`
+    (plan device programs from designs) and define `load`, and `toolchain()`
+    where aiecc compiles the programs; `hits` and `misses` count cache
+    lookups."""
 
     name = "backend"
     unified = False
     modes: tuple[str, ...] = MODES
     max_words: int | None = None
+    device_programs = False
 
     def __init__(self, cache: CompileCache | None = None) -> None:
         self.cache = cache
@@ -115,23 +125,47 @@ class CompilingBackend:
                 f"backend {self.name!r} has no mode {mode!r} (modes: {', '.join(self.modes)})"
             )
 
-    def compile(self, runlist: Runlist, layout: Layout, mode: str = "fused", flags=()) -> Image:
+    def words_limit(self, mode: str) -> int | None:
+        """Distinct per-call values an image in `mode` may hold: separate
+        and compare run one program per step, each with a scratchpad of its
+        own, so only a fused image holds every word in one."""
+        return self.max_words if mode == "fused" else None
+
+    def toolchain(self):
+        """The aiecc and Peano install that compiles programs to ELFs; None
+        where this backend loads programs without them."""
+        return None
+
+    def compile(
+        self,
+        runlist: Runlist,
+        layout: Layout,
+        mode: str = "fused",
+        flags=(),
+        *,
+        trace_size: int = 0,
+    ) -> Image:
         self.check_mode(mode)
         ok, why = self.available()
         if not ok:
             raise BackendUnavailable(f"backend {self.name!r} is not available here: {why}")
+        toolchain = self.toolchain()
         parts = {
             "backend": self.name,
             "mode": mode,
             "flags": sorted(flags),
+            "trace_size": trace_size,
             "device": runlist.device.key if runlist.device else None,
+            "toolchain": toolchain,
         }
         key = digest(key_text(runlist, layout, parts))
         cache = self.cache or CompileCache()
         started = time.perf_counter()
-        data, hit = cache.get_or_build(
+        image = self.build(runlist, layout, mode, flags, trace_size)
+        entry, hit = cache.get_or_build(
             key,
-            lambda: self.build(runlist, layout, mode, flags).to_bytes(),
+            lambda staging: write_artifacts(image, staging, toolchain=toolchain, cache=cache),
+            accept=lambda entry: matches(entry, image),
             backend=self.name, mode=mode, name=runlist.name,
         )  # fmt: skip
         self.hits += hit
@@ -143,9 +177,19 @@ class CompilingBackend:
             key[:12],
             1e3 * (time.perf_counter() - started),
         )
-        return Image.from_bytes(data)
+        elves = loadable(entry, image, elf=toolchain is not None)
+        return attrs.evolve(image, elves=elves) if image.programs else image
 
-    def build(self, runlist: Runlist, layout: Layout, mode: str, flags) -> Image:
+    def build(
+        self, runlist: Runlist, layout: Layout, mode: str, flags, trace_size: int = 0
+    ) -> Image:
         return build(
-            runlist, layout, backend=self.name, mode=mode, flags=flags, max_words=self.max_words
+            runlist,
+            layout,
+            backend=self.name,
+            mode=mode,
+            flags=flags,
+            max_words=self.words_limit(mode),
+            trace_size=trace_size,
+            programs=self.device_programs,
         )

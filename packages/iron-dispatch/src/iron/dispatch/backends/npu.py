@@ -1,26 +1,50 @@
-"""The NPU backend: mlir-aie lowering, aiecc and XRT. Where any of those is
-missing it says which, and how to get it."""
+"""The NPU backend: IRON's device runtime (`iron.dispatch.runtime`) over
+pyxrt, with each program's fused MLIR compiled by aiecc and Peano
+(`iron.dispatch.pipeline`). Where pyxrt, an NPU or the toolchain is
+missing it says which, and how to get each. Every step must have a design:
+a full ELF cannot call the host between steps."""
 
 from __future__ import annotations
 
 from iron.core import environment
+from iron.design import ToolchainError, find_toolchain
 from iron.dispatch.backends import BackendUnavailable, CompilingBackend
+from iron.dispatch.image import PARAMETER_WORDS
+from iron.dispatch.runtime import XrtExecutable
+from iron.dispatch.xrt import PyXrt
 
 
 class NpuBackend(CompilingBackend):
     name = "npu"
+    max_words = PARAMETER_WORDS
+    device_programs = True
+
+    def __init__(self, cache=None) -> None:
+        super().__init__(cache)
+        self._xrt = None
 
     def available(self) -> tuple[bool, str]:
         probes = [environment.mlir_aie(), environment.pyxrt(), environment.npu_device()]
-        missing = [p for p in probes if not p.present]
+        missing = [
+            f"{p.name} is missing ({p.detail}): {p.how_to_get}" for p in probes if not p.present
+        ]
+        if probes[0].present:  # without mlir-aie, its tools are missing by definition
+            try:
+                find_toolchain()
+            except ToolchainError as error:
+                missing.append(str(error))
         if missing:
-            return False, "; ".join(
-                f"{p.name} is missing ({p.detail}): {p.how_to_get}" for p in missing
-            )
-        return (
-            False,
-            "mlir-aie, pyxrt and an NPU are present, but IRON's mlir-aie lowering is not built yet",
-        )
+            return False, "; ".join(missing)
+        return True, "pyxrt, an NPU, aiecc and Peano are present"
 
-    def load(self, image, buffers, *, device=None, poison=False):
-        raise BackendUnavailable(f"backend 'npu' is not available here: {self.available()[1]}")
+    def toolchain(self):
+        return find_toolchain()
+
+    def load(self, image, buffers, *, device=None, poison=False) -> XrtExecutable:
+        self.check_mode(image.mode)
+        ok, why = self.available()
+        if not ok:
+            raise BackendUnavailable(f"backend 'npu' is not available here: {why}")
+        if self._xrt is None:
+            self._xrt = PyXrt()
+        return XrtExecutable(image, buffers, self._xrt, poison=poison, device=device)

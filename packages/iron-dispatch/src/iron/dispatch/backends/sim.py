@@ -1,34 +1,38 @@
-"""The simulated NPU: the device's memory semantics on the host. Device
-memory apart from the host mirror, explicit syncs a coherence granule at a
-time, per-call values through a 32-word parameter scratchpad (fused), one
-dispatch per step with host syncs around the chain (separate), and a
-per-step judge against the reference (compare). Steps run their operator's
-`simulate` (its model of the device kernel)."""
+"""The simulated NPU: IRON's device runtime (`iron.dispatch.runtime`) over
+the simulated XRT device (`iron.dispatch.sim_xrt`). Each step with a design
+runs `iron.design.simulate` on the device's bytes at its planned offsets;
+a step whose operator has no design falls back to the operator's host model
+(its `simulate`, by default its reference), and the version's summary says
+how many did. Device memory is apart from the host's; syncs move whole
+64-byte granules; per-call values go through a 32-word parameter
+scratchpad per program."""
 
 from __future__ import annotations
 
 from iron.dispatch.backends import CompilingBackend
-from iron.dispatch.executable import CompareExecutable, FusedExecutable, SeparateExecutable
-from iron.dispatch.image import PARAMETER_WORDS, build
+from iron.dispatch.executable import kernel
+from iron.dispatch.image import PARAMETER_WORDS
+from iron.dispatch.runtime import XrtExecutable
+from iron.dispatch.sim_xrt import SimulatedXrt
 
 
 class SimBackend(CompilingBackend):
     name = "sim"
     max_words = PARAMETER_WORDS
+    device_programs = True
 
-    def load(self, image, buffers, *, device=None, poison=False) -> FusedExecutable:
+    def __init__(self, cache=None) -> None:
+        super().__init__(cache)
+        self.xrt = SimulatedXrt()
+
+    def load(self, image, buffers, *, device=None, poison=False) -> XrtExecutable:
         self.check_mode(image.mode)
-        if image.mode == "compare":
-            return CompareExecutable(
-                image, buffers, device_model=True, poison=poison, device=device
-            )
-        kind = FusedExecutable if image.mode == "fused" else SeparateExecutable
-        return kind(image, buffers, device_model=True, poison=poison)
-
-    def build(self, runlist, layout, mode, flags):
-        # separate and compare dispatch step by step: per-call values are
-        # dispatch scalars there, so only the fused image has the 32-word limit
-        max_words = self.max_words if mode == "fused" else None
-        return build(
-            runlist, layout, backend=self.name, mode=mode, flags=flags, max_words=max_words
-        )
+        library = self.xrt.device(0).library
+        library.designs.update(image.designs)
+        for program in image.programs:
+            for step in program.steps:
+                if step.host is not None and step.host not in library.hosts:
+                    library.hosts[step.host] = kernel(
+                        image.steps[step.index].op, use_device_model=True
+                    )
+        return XrtExecutable(image, buffers, self.xrt, poison=poison, device=device)

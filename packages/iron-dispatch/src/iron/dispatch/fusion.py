@@ -1,0 +1,151 @@
+"""MLIR of a program, built on `iron.design.to_mlir`: one ``aie.device``
+per distinct design and a ``main`` device whose runtime sequence, step by
+step, configures that device (once for consecutive steps on one device) and
+runs its sequence on views of the consolidated arguments (input, output,
+scratch, and trace when traced), the way IRON fuses a sequence into one
+full ELF.
+
+The rewrite of each design's own MLIR, and why:
+
+- the device is renamed from ``main`` to its block name
+  (``<Operator>_<digest[:8]>``);
+- its ``aiex.npu.load_pdi`` is dropped: a child that loads its own PDI
+  fights the fusion's PDI switching and the NPU hangs with
+  ERT_CMD_STATE_TIMEOUT (IRON generates children with full-ELF off for
+  this reason);
+- its scratchpad parameters are hoisted to module scope as the program's
+  words ``@w<i>``, synced once by ``main``; a parameter bound to a constant
+  becomes that constant.
+"""
+
+from __future__ import annotations
+
+import re
+
+from iron.design import Design, to_mlir
+from iron.dispatch.program import ARGUMENTS, FusionError, Program, ProgramStep
+
+_DEVICE = re.compile(r"^(\s*)aie\.device\((\w+)\) @main \{$")
+_ARCH = re.compile(r"aie\.device\((\w+)\)")
+_READ = re.compile(r"^(\s*)(%\S+) = aiex\.read_scratchpad_parameter @(\w+) : i32$")
+_SEQUENCE = re.compile(r"aie\.runtime_sequence @sequence\((.*)\) \{")
+_ARGUMENT_TYPE = re.compile(r"%arg\d+: (memref<[^>]*>)")
+
+
+def _bindings(program: Program) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per device block, each parameter's (word, constant): one binding for
+    every step that runs the block, since the block's code reads one symbol."""
+    found: dict[str, dict[str, tuple[int, int]]] = {}
+    for step in program.steps:
+        if step.device is None:
+            continue
+        table = found.setdefault(step.device, {})
+        for name, word, constant in step.params:
+            if table.setdefault(name, (word, constant)) != (word, constant):
+                raise FusionError(
+                    f"{program.name} step {step.index} ({step.operator}): parameter {name} of "
+                    f"device {step.device} is bound otherwise than at an earlier step; one device "
+                    "block reads one scratchpad word"
+                )
+    return found
+
+
+def child(design: Design, name: str, bindings: dict[str, tuple[int, int]]) -> tuple[str, list[str]]:
+    """The design's device block, renamed and rewritten for fusion, and its
+    sequence's argument types."""
+    lines = to_mlir(design).splitlines()[1:-1]  # inside `module { ... }`
+    out = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith(("aiex.scratchpad_parameter", "aiex.npu.load_pdi")):
+            continue
+        if stripped == "aiex.sync_scratchpad_parameters_from_host":
+            continue  # main syncs once for every block
+        device = _DEVICE.match(line)
+        if device:
+            out.append(f"{device.group(1)}aie.device({device.group(2)}) @{name} {{")
+            continue
+        read = _READ.match(line)
+        if read:
+            indent, value, parameter = read.groups()
+            word, constant = bindings[parameter]
+            out.append(
+                f"{indent}{value} = aiex.read_scratchpad_parameter @w{word} : i32"
+                if word >= 0
+                else f"{indent}{value} = arith.constant {constant} : i32"
+            )
+            continue
+        out.append(line)
+    text = "\n".join(out)
+    signature = _SEQUENCE.search(text)
+    return text, _ARGUMENT_TYPE.findall(signature.group(1)) if signature else []
+
+
+def _run_lines(step: ProgramStep, types: list[str], sizes: tuple[int, ...]) -> list[str]:
+    """One step's views of the consolidated arguments and its run."""
+    lines, views = [], []
+    for i, ((argument, offset, _, _, _), memref) in enumerate(zip(step.args, types)):
+        value = f"%s{step.index}_{i}"
+        lines += [
+            f"%o{step.index}_{i} = arith.constant {offset} : index",
+            f"{value} = memref.view %{ARGUMENTS[argument]}[%o{step.index}_{i}][] : "
+            f"memref<{max(1, sizes[argument])}xi8> to {memref}",
+        ]
+        views.append(value)
+    lines.append(f"aiex.run @sequence({', '.join(views)}) : ({', '.join(types)})")
+    return lines
+
+
+def _configure_points(program: Program, types) -> list[list[str]]:
+    """One ``aiex.configure`` per run of consecutive steps on one device
+    (IRON's fusion shares the point the same way). Under
+    ``--expand-load-pdis`` each point loads one of two PDIs in turn, so an
+    odd count would leave the next call reconfiguring over stale state: an
+    extra configuration evens it (IRON's ``needs_additional_reset``)."""
+    points: list[tuple[str, list[str]]] = []
+    for step in program.steps:
+        if not points or points[-1][0] != step.device:
+            points.append((step.device, []))
+        points[-1][1].extend(_run_lines(step, types[step.device], program.sizes))
+    if len(points) % 2:
+        points.append((points[-1][0], []))
+    return [
+        [f"aiex.configure @{device} {{", *("  " + line for line in body), "}"]
+        for device, body in points
+    ]
+
+
+def program_mlir(program: Program, designs: dict[str, Design]) -> str:
+    """The program as one MLIR module for ``aiecc --get-full-elf``. Steps
+    without a design run on the host between device steps, which a full ELF
+    cannot do: such a program is refused (the sim backend runs it through
+    the simulated device instead)."""
+    host = [s for s in program.steps if s.device is None]
+    if host:
+        listed = ", ".join(sorted({s.operator for s in host}))
+        raise FusionError(
+            f"{program.name}: {len(host)} step(s) have no design ({listed}); a device program "
+            "runs designs only"
+        )
+    bindings = _bindings(program)
+    children, types, arch = [], {}, None
+    for name, digest in program.devices.items():
+        text, types[name] = child(designs[digest], name, bindings.get(name, {}))
+        arch = arch or _ARCH.search(text).group(1)
+        children.append(text)
+    arguments = ", ".join(
+        f"%{ARGUMENTS[i]}: memref<{max(1, n)}xi8>" for i, n in enumerate(program.sizes)
+    )
+    body = ["aiex.sync_scratchpad_parameters_from_host"] if program.words else []
+    for point in _configure_points(program, types):
+        body += point
+    lines = ["module {"]
+    lines += [f"  aiex.scratchpad_parameter @w{i} : i32" for i in range(len(program.words))]
+    lines += children
+    lines += [
+        f"  aie.device({arch}) @main {{",
+        f"    aie.runtime_sequence @sequence({arguments}) {{",
+    ]
+    lines += ["      " + line for line in body]
+    lines += ["    }", "  }", "}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,199 @@
+"""The compile pipeline: an image's data artifacts, in the compile cache.
+
+Per compiled version, one entry keyed by the image's identity (design
+digests, runlist, layout, trace size, backend, mode, flags; see
+`identity.key_text`) holding:
+
+- ``image.json``: the steps as data (operator identities and placements);
+- ``program<i>.json``: each device program, which the simulated XRT loads;
+- ``program<i>.mlir``: its fused MLIR, when every step has a design;
+- ``designs.json``: each design's canonical text by digest;
+- ``recipes.json``: how each kernel object is built (source digest, flags,
+  include directories, target);
+- with a toolchain (aiecc and Peano): ``program<i>.elf`` (and
+  ``program<i>.params.txt``) from aiecc, linked with kernel objects that are
+  cache entries of their own, keyed by recipe, so designs and graphs share them.
+
+A failing tool raises `ToolchainError` with its own output, and the entry
+is never made.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from iron.design import Design, ToolchainError, aiecc_command
+from iron.design.aiecc import PEANO_FLAGS, Toolchain, kernel_source
+from iron.design.mlir import kernel_objects
+from iron.design.model import canonical
+from iron.dispatch.cache import CompileCache, file_sha256
+from iron.dispatch.fusion import program_mlir
+from iron.dispatch.identity import digest
+from iron.dispatch.image import Image
+from iron.dispatch.program import FusionError
+
+#: aiecc flags every fused program takes beyond `aiecc_command`'s: expand
+#: the children's PDI loads inline, as IRON's fused full ELF does
+FUSED_FLAGS = ("--expand-load-pdis",)
+
+
+def image_summary(image: Image) -> str:
+    """The image's steps as JSON data (what a hit is checked against)."""
+    steps = [
+        {
+            "operator": step.op.identity_text(),
+            "args": [[p.arena, p.offset, p.nbytes] for p in step.args],
+            "words": [list(w) for w in step.words],
+            "constants": [list(c) for c in step.constants],
+        }
+        for step in image.steps
+    ]
+    data = {"name": image.name, "backend": image.backend, "mode": image.mode,
+            "device": image.device, "sizes": image.sizes, "trace_size": image.trace_size,
+            "parameters": [str(p) for p in image.parameters], "steps": steps}  # fmt: skip
+    return json.dumps(data, separators=(",", ":"))
+
+
+def recipes(image: Image, toolchain: Toolchain | None) -> dict[str, dict]:
+    """Object name -> its recipe, over every design of the image; two
+    recipes under one object name would link the wrong code: refused."""
+    found: dict[str, dict] = {}
+    for design in image.designs.values():
+        for kernel, name in kernel_objects(design).items():
+            recipe = _recipe(design, kernel, toolchain)
+            if found.setdefault(name, recipe) != recipe:
+                raise FusionError(
+                    f"{image.name}: two kernels build object {name} from different recipes "
+                    f"(design {design.name}); give them distinct symbols"
+                )
+    return found
+
+
+def _recipe(design: Design, kernel, toolchain: Toolchain | None) -> dict:
+    mlir_aie = toolchain.mlir_aie if toolchain else None
+    try:
+        source = kernel_source(design, kernel, mlir_aie)
+    except ToolchainError:  # an mlir-aie kernel with no install here: its name is the recipe
+        source = None
+    return {
+        "source": str(kernel.source.path_for(design.device.arch)),
+        "package": kernel.source.package,
+        "source_sha256": file_sha256(source) if source else None,
+        "flags": [*PEANO_FLAGS, *kernel.flags],
+        "target": f"{design.device.arch}-none-unknown-elf",
+        "includes": [str(Path(mlir_aie) / "include")] if mlir_aie else [],
+        "path": str(source) if source else None,
+    }
+
+
+def recipe_key(recipe: dict) -> str:
+    """Source bytes, flags, target and include directories: not the path."""
+    keyed = {k: v for k, v in recipe.items() if k not in ("path", "source", "package")}
+    return digest(json.dumps(keyed, sort_keys=True))
+
+
+def write_artifacts(
+    image: Image, staging: Path, *, toolchain: Toolchain | None, cache: CompileCache
+) -> dict:
+    """Everything an entry holds, written into `staging`; manifest fields back."""
+    (staging / "image.json").write_text(image_summary(image))
+    designs = {d: {"name": x.name, "device": x.device.key, "text": canonical(x)}
+               for d, x in image.designs.items()}  # fmt: skip
+    (staging / "designs.json").write_text(json.dumps(designs, indent=1))
+    objects = recipes(image, toolchain)
+    (staging / "recipes.json").write_text(json.dumps(objects, indent=1, sort_keys=True))
+    emitted = 0
+    for i, program in enumerate(image.programs):
+        (staging / f"program{i}.json").write_text(program.to_json())
+        if all(s.device is not None for s in program.steps):
+            (staging / f"program{i}.mlir").write_text(program_mlir(program, image.designs))
+            emitted += 1
+    if toolchain is not None and image.programs:
+        if emitted < len(image.programs):
+            raise FusionError(
+                f"{image.name}: {image.design_summary()}; aiecc compiles designs only"
+            )
+        built = {
+            name: kernel_object(recipe, name, toolchain, cache) for name, recipe in objects.items()
+        }
+        for i, program in enumerate(image.programs):
+            _aiecc(staging, i, program, built, toolchain)
+    return {"programs": len(image.programs), "mlir": emitted, "designs": len(designs),
+            "toolchain": toolchain is not None}  # fmt: skip
+
+
+def kernel_object(recipe: dict, name: str, toolchain: Toolchain, cache: CompileCache) -> Path:
+    """The object built from `recipe` with Peano: a cache entry of its own."""
+    if recipe["path"] is None:
+        raise ToolchainError(f"kernel object {name}: its source {recipe['source']} was not found")
+
+    def build(staging: Path) -> dict:
+        command = [str(toolchain.peano / "bin" / "clang++"), *recipe["flags"],
+                   f"--target={recipe['target']}", *(f"-I{d}" for d in recipe["includes"]),
+                   "-c", recipe["path"], "-o", str(staging / "kernel.o")]  # fmt: skip
+        _run(f"kernel object {name}", "Peano", command, staging)
+        return {"recipe": recipe}
+
+    entry, _ = cache.get_or_build(recipe_key(recipe), build, kind="kernel", name=name)
+    return entry / "kernel.o"
+
+
+def _aiecc(staging: Path, index: int, program, objects: dict[str, Path], toolchain) -> None:
+    work = Path(tempfile.mkdtemp(prefix=".aiecc-", dir=staging.parent))
+    try:
+        mlir = work / "program.mlir"
+        shutil.copyfile(staging / f"program{index}.mlir", mlir)
+        for name, path in objects.items():  # link_with names resolve in aiecc's directory
+            shutil.copyfile(path, work / name)
+        command = aiecc_command(
+            mlir,
+            workdir=work,
+            elf_name="program.elf",
+            aiecc=toolchain.aiecc,
+            peano=toolchain.peano,
+            scratchpad=bool(program.words),
+            traced=program.trace_size > 0,
+            extra=FUSED_FLAGS,
+        )
+        _run(f"program {program.name}", "aiecc", command, work)
+        if not (work / "program.elf").is_file():
+            raise ToolchainError(
+                f"program {program.name}: aiecc succeeded but wrote no program.elf"
+            )
+        shutil.move(work / "program.elf", staging / f"program{index}.elf")
+        if program.words:
+            shutil.move(work / "params.txt", staging / f"program{index}.params.txt")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(what: str, tool: str, command: list[str], cwd: Path) -> None:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ToolchainError(
+            f"{what}: {tool} failed (exit {result.returncode}): {' '.join(command)}\n"
+            f"{result.stderr or result.stdout}"
+        )
+
+
+def loadable(entry: Path, image: Image, *, elf: bool) -> tuple[str, ...]:
+    """What XRT loads for each program of an entry: its ELF (npu) or its
+    program JSON (the simulated device)."""
+    suffix = "elf" if elf else "json"
+    return tuple(str(entry / f"program{i}.{suffix}") for i in range(len(image.programs)))
+
+
+def matches(entry: Path, image: Image) -> bool:
+    """The entry's programs are exactly this image's: what the device loads
+    is checked, not trusted (its checksums only say it is the file written)."""
+    try:
+        return all(
+            (entry / f"program{i}.json").read_text() == p.to_json()
+            for i, p in enumerate(image.programs)
+        )
+    except (OSError, UnicodeDecodeError):
+        return False

@@ -1,0 +1,221 @@
+"""The program a device runs: from a runlist, its layout and its steps'
+designs, one program per sequence (fused) or one per step (separate), as
+plain data that is written to the cache as JSON and read back by the
+simulated XRT device as its "ELF".
+
+A program's runtime arguments are the consolidated buffers, in this order:
+input, output, scratch and, when traced, the trace buffer. Each step names
+the device block it configures (``<Operator>_<design digest[:8]>``, so a
+design repeated at 16 layers is one device) or, for an operator without a
+design, the host model it falls back to; its arguments are views of the
+consolidated buffers at the planned offsets; its design parameters read
+words of the 32-word parameter scratchpad (or constants).
+"""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+
+from iron.core import Operator, dtype_name
+from iron.design import Design, design_of, has_design
+from iron.design.model import element_type
+from iron.dispatch.identity import digest
+
+#: runtime arguments of every program, in order; "trace" only when traced
+ARGUMENTS = ("input", "output", "scratch", "trace")
+#: a program view must start on a 4-byte boundary (a shim DMA address is in
+#: 32-bit words: mlir-aie `getAddressGenGranularity`); IRON aligns to 64
+VIEW_ALIGNMENT = 4
+
+
+#: a view of a runtime argument: argument index, byte offset, bytes, dtype name, shape
+ViewOf = tuple[int, int, int, str, tuple[int, ...]]
+
+
+class FusionError(ValueError):
+    """A step whose design does not fit its operator's buffers."""
+
+
+@attrs.frozen
+class ProgramStep:
+    index: int  # the step's place in the runlist
+    operator: str
+    device: str | None  # the device block this step configures; None: a host step
+    digest: str | None  # the design's digest
+    host: str | None  # the host model's key, for a step without a design
+    args: tuple[ViewOf, ...]
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+    # design parameters (a host step: per-call members): name, word (-1: constant), constant
+    params: tuple[tuple[str, int, int], ...]
+
+
+@attrs.frozen
+class Program:
+    name: str
+    device: str  # the Device key
+    steps: tuple[ProgramStep, ...]
+    sizes: tuple[int, ...]  # bytes of each runtime argument
+    words: tuple[int, ...]  # scratchpad word i holds the image's parameter words[i]
+    trace_size: int = 0
+
+    @property
+    def devices(self) -> dict[str, str]:
+        """Device block name -> design digest, in order of first use."""
+        return {s.device: s.digest for s in self.steps if s.device is not None}
+
+    def to_json(self) -> str:
+        """Compact JSON (json's C encoder: a 300-step program in about a
+        millisecond, where indenting takes the pure-Python one and 100x that)."""
+        fields = [f.name for f in attrs.fields(ProgramStep)]
+        data = {f.name: getattr(self, f.name) for f in attrs.fields(Program)}
+        data["steps"] = [{f: getattr(s, f) for f in fields} for s in self.steps]
+        return json.dumps(data, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> Program:
+        """A program read back; anything but a program's JSON is a ValueError."""
+        try:
+            data = json.loads(text)
+            steps = tuple(
+                ProgramStep(
+                    **{
+                        **s,
+                        "args": tuple(
+                            (a, o, n, d, tuple(shape)) for a, o, n, d, shape in s["args"]
+                        ),
+                        "reads": tuple(s["reads"]),
+                        "writes": tuple(s["writes"]),
+                        "params": tuple(tuple(p) for p in s["params"]),
+                    }
+                )
+                for s in data["steps"]
+            )
+            return Program(
+                **{
+                    **data,
+                    "steps": steps,
+                    "sizes": tuple(data["sizes"]),
+                    "words": tuple(data["words"]),
+                }
+            )
+        except (TypeError, KeyError, ValueError, AttributeError) as error:
+            raise ValueError(f"not an IRON program ({type(error).__name__}: {error})") from None
+
+
+def device_name(op: Operator, design_digest: str) -> str:
+    return f"{type(op).__name__}_{design_digest[:8]}"
+
+
+def host_key(op: Operator) -> str:
+    """What names a host step's model: the operator's identity."""
+    return digest(op.identity_text())[:16]
+
+
+def step_design(op: Operator, where: str) -> Design | None:
+    """The operator's design, checked against its arg specs (one runtime
+    tensor per spec, in order, with the spec's bytes and direction); None
+    for an operator without one."""
+    if not has_design(type(op)):
+        return None
+    if op.device is None:
+        raise FusionError(
+            f"{where}: {type(op).__name__} has a design, and a design is for one device: "
+            "lay the runlist out for a device (OperatorSequence(..., device=...))"
+        )
+    design = design_of(op)
+    specs = op.arg_specs()
+    if len(design.tensors) != len(specs):
+        raise FusionError(
+            f"{where}: design {design.name} has {len(design.tensors)} runtime tensors for "
+            f"{len(specs)} arg specs ({', '.join(s.name for s in specs)})"
+        )
+    for tensor, spec in zip(design.tensors, specs):
+        if tensor.nbytes != spec.nbytes or tensor.direction is not spec.direction:
+            raise FusionError(
+                f"{where}: design {design.name} tensor {tensor.name} is {tensor.nbytes} B "
+                f"{tensor.direction.value}, but arg spec {spec.name} is {spec.nbytes} B "
+                f"{spec.direction.value}"
+            )
+    return design
+
+
+def _params(op, design: Design, step, where: str):
+    """Each design parameter: the word or constant its step binds, else the
+    operator's field of that name as a constant."""
+    words, constants, params = dict(step.words), dict(step.constants), []
+    for name in design.params:
+        if name in words:
+            params.append((name, words[name], 0))
+        elif name in constants:
+            params.append((name, -1, int(constants[name])))
+        elif hasattr(op, name) and isinstance(getattr(op, name), int):
+            params.append((name, -1, int(getattr(op, name))))
+        else:
+            raise FusionError(
+                f"{where}: design {design.name} parameter {name!r} is neither a per-call member "
+                f"bound by the step nor an integer field of {type(op).__name__}"
+            )
+    return tuple(params)
+
+
+def plan_programs(image, designs: dict) -> tuple[Program, ...]:
+    """The programs of `image` (`iron.dispatch.image.Image`): one for a fused
+    image, one per step otherwise. `designs` maps step index -> (Design,
+    its digest)."""
+    traced = image.trace_size > 0
+    sizes = tuple(image.sizes[a] for a in ARGUMENTS[:3]) + ((image.trace_size,) if traced else ())
+    steps, hosts = [], {}  # equal operators recur across layers: one key each
+    for index, step in enumerate(image.steps):
+        where = f"{image.name} step {index} ({type(step.op).__name__})"
+        design, design_digest = designs.get(index, (None, None))
+        args = []
+        for placement in step.args:
+            if placement.offset % VIEW_ALIGNMENT:
+                raise FusionError(
+                    f"{where}: a view at {placement.arena} offset {placement.offset} is not "
+                    f"{VIEW_ALIGNMENT}-byte aligned"
+                )
+            args.append((ARGUMENTS.index(placement.arena), placement.offset, placement.nbytes,
+                         dtype_name(placement.dtype), tuple(placement.shape)))  # fmt: skip
+        if design is not None:
+            # the simulated device views each tensor in the design's own shape and type
+            args = [
+                (a, o, n, dtype_name(element_type(t.dtype).numpy), tuple(t.shape))
+                for (a, o, n, _, _), t in zip(args, design.tensors)
+            ]
+        steps.append(
+            ProgramStep(
+                index=index,
+                operator=type(step.op).__name__,
+                device=device_name(step.op, design_digest) if design is not None else None,
+                digest=design_digest,
+                host=None
+                if design is not None
+                else hosts.get(step.op) or hosts.setdefault(step.op, host_key(step.op)),
+                args=tuple(args),
+                reads=step.reads,
+                writes=step.writes,
+                params=_params(step.op, design, step, where)
+                if design is not None
+                else tuple((m, w, 0) for m, w in step.words)
+                + tuple((m, -1, c) for m, c in step.constants),
+            )
+        )
+    common = {"device": image.device, "sizes": sizes, "trace_size": image.trace_size}
+    if image.mode == "fused":
+        words = tuple(range(len(image.parameters)))
+        return (Program(name=image.name, steps=tuple(steps), words=words, **common),)
+    return tuple(_one_step(f"{image.name}.step{s.index}", s, common) for s in steps)
+
+
+def _one_step(name: str, step: ProgramStep, common: dict) -> Program:
+    """A program of one step, its words renumbered from 0 (one scratchpad each)."""
+    used = sorted({w for _, w, _ in step.params if w >= 0})
+    local = {w: i for i, w in enumerate(used)}
+    params = tuple((n, local[w] if w >= 0 else w, c) for n, w, c in step.params)
+    return Program(
+        name=name, steps=(attrs.evolve(step, params=params),), words=tuple(used), **common
+    )

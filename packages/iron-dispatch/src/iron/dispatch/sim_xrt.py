@@ -1,0 +1,216 @@
+"""A simulated XRT device behind the seam of `iron.dispatch.xrt`.
+
+- Buffer objects keep host and device bytes apart: a write reaches the
+  other side only through `sync`, which moves whole 64-byte coherence
+  granules (the cache lines the host flushes or invalidates), so a range
+  that is not granule-aligned drags its neighbours' bytes along, as on the
+  NPU.
+- `elf(path)` reads a program (`iron.dispatch.program.Program` as JSON) in
+  place of an ELF. Kernel models and host models are code, which a cache
+  entry never holds: the device takes them from its `library`, filled by
+  the process that compiled the program, and a context refuses a program
+  whose designs (by digest) or host models it was not given.
+- A run executes the program step by step: a step with a design runs
+  `iron.design.simulate` on the device-side bytes of its views, with its
+  parameters read from the run's control scratchpad; a step without one
+  runs its operator's host model on the same bytes. A traced program gets
+  one `TRACE_RECORD` per step in its trace buffer.
+
+What is not simulated: timing (the trace's ticks count DDR words moved,
+not cycles), PDI loads and reconfiguration, and the instruction stream.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from iron.alloc import align_up
+from iron.core import IN, OUT, as_dtype
+from iron.design import Design, simulate
+from iron.design.aiecc import ELF_KERNEL
+from iron.dispatch.image import PARAMETER_WORDS
+from iron.dispatch.program import Program
+
+#: a trace record: the device block's name (UTF-8, zero-padded), the step's
+#: start and end in simulated ticks (one tick per 32-bit word moved to or
+#: from DDR), and the bytes it moved
+TRACE_RECORD = struct.Struct("<20sIII")
+COMPLETED = "ERT_CMD_STATE_COMPLETED"
+
+
+class SimBufferObject:
+    def __init__(self, nbytes: int, granule: int = 64) -> None:
+        self.host = np.zeros(nbytes, np.uint8)
+        self.device = np.zeros(nbytes, np.uint8)
+        self.granule = granule
+
+    def map(self) -> np.ndarray:
+        return self.host
+
+    def size(self) -> int:
+        return self.host.size
+
+    def sync(self, direction: str, size: int, offset: int) -> None:
+        if offset < 0 or size < 0 or offset + size > self.host.size:
+            raise ValueError(
+                f"sync of {size} B at offset {offset} is outside the {self.host.size}-byte buffer"
+            )
+        lo = offset // self.granule * self.granule
+        hi = min(align_up(offset + size, self.granule), self.host.size)
+        if direction == SimulatedXrt.TO_DEVICE:
+            self.device[lo:hi] = self.host[lo:hi]
+        else:
+            self.host[lo:hi] = self.device[lo:hi]
+
+
+class Library:
+    """The code behind programs: designs by digest, host models by key."""
+
+    def __init__(self) -> None:
+        self.designs: dict[str, Design] = {}
+        self.hosts: dict[str, Callable] = {}
+
+
+class SimDevice:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.library = Library()
+
+
+class SimContext:
+    def __init__(self, device: SimDevice, program: Program) -> None:
+        missing = [d for d in program.devices.values() if d not in device.library.designs]
+        missing += [s.host for s in program.steps if s.host and s.host not in device.library.hosts]
+        if missing:
+            raise RuntimeError(
+                f"program {program.name}: the simulated device was given no design or host "
+                f"model for {', '.join(missing)}"
+            )
+        self.device, self.program = device, program
+
+
+class SimRun:
+    def __init__(self, context: SimContext) -> None:
+        self.context = context
+        self.args: dict[int, SimBufferObject] = {}
+        self.scratchpad = SimBufferObject(4 * PARAMETER_WORDS)
+        self.ticks = 0
+        self._views = None
+
+    def set_arg(self, index: int, bo: SimBufferObject) -> None:
+        self.args[index] = bo
+        self._views = None
+
+    def _bound(self) -> list[list[np.ndarray]]:
+        """Each step's views of the device-side bytes, made once per binding
+        (a run repeats with the same arguments)."""
+        if self._views is None:
+            self._views = [
+                [
+                    self.args[a].device[o : o + n].view(as_dtype(d)).reshape(shape)
+                    for a, o, n, d, shape in step.args
+                ]
+                for step in self.context.program.steps
+            ]
+        return self._views
+
+    def get_ctrl_scratchpad_bo(self) -> SimBufferObject:
+        return self.scratchpad
+
+    def start(self) -> None:
+        program = self.context.program
+        absent = [i for i in range(len(program.sizes)) if i not in self.args]
+        if absent:
+            raise RuntimeError(f"program {program.name}: argument(s) {absent} were never set")
+        words = self.scratchpad.device.view(np.int32)
+        library = self.context.device.library
+        self.ticks = 0
+        for number, (step, arrays) in enumerate(zip(program.steps, self._bound())):
+            if step.device is None:
+                moved = self._host_step(library.hosts[step.host], step, arrays, words)
+            else:
+                moved = self._design_step(library.designs[step.digest], step, arrays, words)
+            self._trace(number, step.device or f"host:{step.operator}", moved)
+
+    def _design_step(self, design: Design, step, arrays, words) -> int:
+        pairs = zip(design.tensors, arrays)
+        run = simulate(
+            design, {t.name: a for t, a in pairs if t.direction is not OUT}, _values(step, words)
+        )
+        for tensor, array in zip(design.tensors, arrays):
+            if tensor.direction is not IN:
+                array[...] = run[tensor.name]
+        ddr = run.traffic.ddr
+        return ddr.read + ddr.written
+
+    def _host_step(self, model: Callable, step, arrays, words) -> int:
+        outputs = model(*(arrays[i] for i in step.reads), **_values(step, words))
+        for i, out in zip(step.writes, outputs):
+            arrays[i][...] = out
+        return sum(arrays[i].nbytes for i in (*step.reads, *step.writes))
+
+    def _trace(self, number: int, name: str, moved: int) -> None:
+        program = self.context.program
+        if not program.trace_size:
+            return
+        trace = self.args[len(program.sizes) - 1].device
+        start, self.ticks = self.ticks, self.ticks + max(1, moved // 4)
+        at = number * TRACE_RECORD.size
+        if at + TRACE_RECORD.size <= trace.size:  # records past the buffer's end are dropped
+            TRACE_RECORD.pack_into(trace, at, name.encode()[:20], start, self.ticks, moved)
+
+    def wait(self) -> str:
+        return COMPLETED
+
+
+def _values(step, words) -> dict[str, int]:
+    return {name: int(words[w]) if w >= 0 else c for name, w, c in step.params}
+
+
+def read_trace(data) -> list[dict]:
+    """The records of a simulated trace buffer, up to the first empty one."""
+    records = []
+    for at in range(0, len(data) - TRACE_RECORD.size + 1, TRACE_RECORD.size):
+        name, start, end, moved = TRACE_RECORD.unpack_from(bytes(data[at : at + TRACE_RECORD.size]))
+        if not name.strip(b"\0"):
+            break
+        records.append(
+            {"name": name.rstrip(b"\0").decode(), "start": start, "end": end, "bytes": moved}
+        )
+    return records
+
+
+class SimulatedXrt:
+    """The seam's calls on a simulated device (`iron.dispatch.xrt`)."""
+
+    name = "simulated"
+    TO_DEVICE = "XCL_BO_SYNC_BO_TO_DEVICE"
+    FROM_DEVICE = "XCL_BO_SYNC_BO_FROM_DEVICE"
+
+    def __init__(self, granule: int = 64) -> None:  # iron-core Device.coherence_granule
+        self.granule = granule
+        self._devices: dict[int, SimDevice] = {}
+
+    def device(self, index: int = 0) -> SimDevice:
+        return self._devices.setdefault(index, SimDevice(index))
+
+    def elf(self, path) -> Program:
+        return Program.from_json(Path(path).read_text())
+
+    def hw_context(self, device: SimDevice, elf: Program) -> SimContext:
+        return SimContext(device, elf)
+
+    def kernel(self, context: SimContext, name: str) -> SimContext:
+        if name != ELF_KERNEL:
+            raise RuntimeError(f"a full ELF's kernel is {ELF_KERNEL!r}, not {name!r}")
+        return context
+
+    def run(self, kernel: SimContext) -> SimRun:
+        return SimRun(kernel)
+
+    def bo(self, device: SimDevice, nbytes: int) -> SimBufferObject:
+        return SimBufferObject(max(1, nbytes), self.granule)

@@ -1,0 +1,278 @@
+"""The device path: programs of designs, fused and separate, run by the
+simulated XRT device, and their MLIR."""
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+from dispatch_fakes import Add32, AddK, AddOne, OffByOne, Twice
+
+from iron.core import Device
+from iron.design import to_mlir
+from iron.dispatch import OperatorSequence, get_backend, graph
+from iron.dispatch.fusion import program_mlir
+from iron.dispatch.memory import Arena
+from iron.dispatch.program import FusionError
+from iron.dispatch.sim_xrt import TRACE_RECORD, SimulatedXrt, read_trace
+
+SIZE = 1024
+
+
+def chain(backend, mode="fused", **kw):
+    """Designs and a host step mixed; one per-call value."""
+
+    @graph(backend=backend, mode=mode, device="npu1", **kw)
+    def mixed(g, x, *, pos):
+        h = g(AddOne(SIZE), x)
+        h = g(AddK(SIZE), h, k=pos * 3 + 1)
+        h = g(Twice(SIZE), h)
+        return g(AddOne(SIZE), h)
+
+    return mixed
+
+
+def layers(count, backend="sim", mode="fused"):
+    @graph(backend=backend, mode=mode, device="npu1")
+    def stack(g, x, *, pos):
+        for _ in range(count):
+            x = g(AddK(SIZE), x, k=pos)
+        return x
+
+    return stack
+
+
+def inputs():
+    return np.arange(SIZE, dtype=np.int32) * 7 - 300
+
+
+@pytest.mark.parametrize("mode", ["fused", "separate"])
+def test_fused_and_separate_on_the_simulated_device_give_the_reference_bits(mode):
+    x = inputs()
+    want = chain("reference")(x, pos=5)
+    assert np.array_equal(want, ((x + 1 + 16) * 2) + 1)
+    got = chain("sim", mode)(x, pos=5)
+    assert got.dtype == np.int32 and got.tobytes() == want.tobytes()
+    assert chain("sim", mode)(x, pos=-2).tobytes() == chain("reference")(x, pos=-2).tobytes()
+
+
+def test_the_summary_says_how_many_steps_ran_designs():
+    mixed = chain("sim")
+    mixed(inputs(), pos=0)
+    (version,) = mixed.versions.values()
+    assert version.image.design_summary() == (
+        "3 of 4 steps ran designs; 1 fell back to host models (Twice x1)"
+    )
+    assert "3 of 4 steps ran designs" in mixed.summary()
+    assert "backend sim" in mixed.summary()
+    assert mixed.design_summary() == version.image.design_summary()
+    host = chain("reference")
+    host(inputs(), pos=0)
+    assert host.design_summary() == (
+        "backend reference runs no device programs: every step on the host"
+    )
+
+
+def test_compare_judges_each_design_against_its_reference_on_the_device_inputs():
+    @graph(backend="sim", mode="compare", device="npu1")
+    def wrong(g, x):
+        return g(AddOne(SIZE), g(OffByOne(SIZE), x))
+
+    wrong(inputs())
+    first, second = wrong.versions[next(iter(wrong.versions))].reports
+    assert (first.operator, first.passed, first.max_abs) == ("OffByOne", False, 1.0)
+    # judged on what the device had (x + 1), so the error does not carry over
+    assert (second.operator, second.passed) == ("AddOne", True)
+
+
+def test_a_design_repeated_at_16_steps_is_one_device_block():
+    stack = layers(16)
+    x = inputs()
+    assert np.array_equal(stack(x, pos=3), x + 48)
+    (version,) = stack.versions.values()
+    (program,) = version.image.programs
+    text = program_mlir(program, version.image.designs)
+    assert len(re.findall(r"^\s*aie\.device\(npu1\) @", text, re.M)) == 2  # AddK's and main
+    assert re.search(r"aie\.device\(npu1\) @AddK_[0-9a-f]{8} \{", text)
+    # consecutive steps on one device share a configure point; a second evens the count
+    assert text.count("aiex.configure @AddK_") == 2
+    assert text.count("aiex.run @sequence(") == 16
+    assert "load_pdi" not in text  # children never load their own PDI
+    assert text.count("aiex.scratchpad_parameter @w0 : i32") == 1
+    assert "aiex.read_scratchpad_parameter @w0" in text
+    offsets = [int(o) for o in re.findall(r"%o\d+_\d+ = arith\.constant (\d+) : index", text)]
+    assert len(offsets) == 32 and all(o % 64 == 0 for o in offsets)  # views at granules
+
+
+def test_configure_points_alternate_with_the_device_and_are_even():
+    @graph(backend="sim", device="npu1")
+    def alternating(g, x, *, pos):
+        for _ in range(3):
+            x = g(AddK(SIZE), g(AddOne(SIZE), x), k=pos)
+        return x
+
+    alternating.compile(((SIZE,), np.int32))
+    (version,) = alternating.versions.values()
+    text = program_mlir(version.image.programs[0], version.image.designs)
+    points = re.findall(r"aiex\.configure @(\w+)_", text)
+    assert points == ["AddOne", "AddK"] * 3
+    assert text.count("aiex.run @sequence(") == 6
+
+    @graph(backend="sim", device="npu1")
+    def odd(g, x):
+        return g(AddOne(SIZE), g(AddOne(SIZE), x))
+
+    odd.compile(((SIZE,), np.int32))
+    (version,) = odd.versions.values()
+    text = program_mlir(version.image.programs[0], version.image.designs)
+    assert re.findall(r"aiex\.configure @(\w+)_", text) == ["AddOne", "AddOne"]
+    assert text.count("aiex.run @sequence(") == 2
+
+
+def test_the_fused_mlir_is_built_on_each_designs_own_mlir():
+    stack = layers(2)
+    (version,) = stack.compile(((SIZE,), np.int32)) and stack.versions.values()
+    (program,) = version.image.programs
+    (design,) = version.image.designs.values()
+    text = program_mlir(program, version.image.designs)
+    own = to_mlir(design)
+    kept = [
+        line
+        for line in own.splitlines()[2:-2]
+        if "load_pdi" not in line and "scratchpad" not in line
+    ]
+    assert all(line in text for line in kept)
+
+
+def test_separate_mode_is_one_program_per_step():
+    stack = layers(3, mode="separate")
+    x = inputs()
+    assert np.array_equal(stack(x, pos=1), x + 3)
+    (version,) = stack.versions.values()
+    assert len(version.image.programs) == 3 and len(version.image.elves) == 3
+    assert all(len(p.steps) == 1 for p in version.image.programs)
+
+
+def test_one_device_block_bound_to_two_different_words_is_refused():
+    @graph(backend="sim", device="npu1")
+    def two(g, x, *, pos):
+        return g(AddK(SIZE), g(AddK(SIZE), x, k=pos), k=pos + 1)
+
+    with pytest.raises(
+        FusionError, match=r"parameter k of device AddK_[0-9a-f]{8} is bound otherwise"
+    ):
+        two.compile(((SIZE,), np.int32))
+
+
+def test_a_design_that_does_not_fit_its_operator_is_refused():
+    class Halved(AddOne):
+        @staticmethod
+        def design(size, tile, device):
+            from iron.design import examples
+
+            return examples.add_one(device, n=size // 2, tile=tile)
+
+    @graph(backend="sim", device="npu1")
+    def bad(g, x):
+        return g(Halved(SIZE), x)
+
+    with pytest.raises(FusionError, match=r"design add_one tensor x is 2048 B in, but arg spec"):
+        bad.compile(((SIZE,), np.int32))
+
+
+def test_a_host_step_has_no_device_mlir():
+    mixed = chain("sim")
+    mixed.compile(((SIZE,), np.int32))
+    (version,) = mixed.versions.values()
+    with pytest.raises(FusionError, match=r"1 step\(s\) have no design \(Twice\)"):
+        program_mlir(version.image.programs[0], version.image.designs)
+
+
+def test_the_device_path_works_on_npu2_too():
+    @graph(backend="sim", device=Device.from_name("npu2"))
+    def one(g, x):
+        return g(AddOne(SIZE), x)
+
+    x = inputs()
+    assert np.array_equal(one(x), x + 1)
+    assert get_backend("sim").xrt.name == "simulated"
+
+
+def test_a_traced_graph_gets_one_record_per_step_from_the_simulated_device():
+    traced = chain("sim", trace_size=8 * TRACE_RECORD.size)
+    x = inputs()
+    assert traced(x, pos=1).tobytes() == chain("reference")(x, pos=1).tobytes()
+    (version,) = traced.versions.values()
+    records = read_trace(version.trace)
+    assert [r["name"].split("_")[0] for r in records] == ["AddOne", "AddK", "host:Twice", "AddOne"]
+    assert records[0]["bytes"] == 2 * SIZE * 4  # read x, wrote y, through the shim
+    assert records[0]["end"] - records[0]["start"] == 2 * SIZE  # a tick per word moved
+    assert all(a["end"] == b["start"] for a, b in itertools.pairwise(records))
+    assert version.image.programs[0].sizes[-1] == 8 * TRACE_RECORD.size
+
+
+def test_trace_size_is_part_of_the_cache_key():
+    sim = get_backend("sim")
+    before = sim.misses
+    chain("sim").compile(((SIZE,), np.int32))
+    chain("sim", trace_size=256).compile(((SIZE,), np.int32))
+    chain("sim", trace_size=512).compile(((SIZE,), np.int32))
+    assert sim.misses - before == 3
+    with pytest.raises(ValueError, match="trace_size 6 must be a non-negative multiple of 4"):
+        chain("sim", trace_size=6).compile(((SIZE,), np.int32))
+
+
+def test_a_design_reading_an_unflushed_weight_reads_stale_device_bytes(monkeypatch):
+    w = np.arange(SIZE, dtype=np.int32)
+
+    def weighted():
+        @graph(backend="sim", device="npu1")
+        def add(g, x):
+            return g(Add32(SIZE), x, g(AddOne(SIZE), g.weight("w", w)))  # the design reads w
+
+        return add
+
+    x = inputs()
+    monkeypatch.setattr(Arena, "flush", lambda self, name: None)
+    assert np.array_equal(weighted()(x), x + 1)  # the device still holds zeros for w
+    monkeypatch.undo()
+    assert np.array_equal(weighted()(x), x + w + 1)
+
+
+def test_a_per_call_value_that_does_not_fit_a_scratchpad_word_is_refused():
+    stack = layers(1)
+    with pytest.raises(ValueError, match=r"per-call value\(s\) \[2147483648\] do not fit a 32-bit"):
+        stack(inputs(), pos=2**31)
+
+
+def test_the_simulated_device_reads_programs_and_nothing_else(tmp_path):
+    stack = layers(2)
+    stack.compile(((SIZE,), np.int32))
+    (version,) = stack.versions.values()
+    (elf,) = version.image.elves
+    xrt = SimulatedXrt()
+    assert xrt.elf(elf) == version.image.programs[0]
+    for text in ("[]", '{"steps": [1]}', '{"name": "x"}', "\x80\x04K."):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(ValueError, match="not an IRON program"):
+            xrt.elf(tmp_path / "bad.json")
+    with pytest.raises(RuntimeError, match="was given no design or host model for"):
+        xrt.hw_context(xrt.device(0), version.image.programs[0])
+
+
+def test_a_design_parameter_bound_to_a_constant_is_that_constant():
+    @graph(backend="sim", device="npu1")
+    def fixed(g, x, *, pos):
+        return g(AddK(SIZE), x, k=pos * 0 + 7)
+
+    x = inputs()
+    assert np.array_equal(fixed(x, pos=2), x + 7)
+    (version,) = fixed.versions.values()
+    text = program_mlir(version.image.programs[0], version.image.designs)
+    assert "arith.constant 7 : i32" in text
+
+
+def test_a_step_with_a_design_needs_a_device():
+    seq = OperatorSequence("nodevice", [(AddOne(SIZE), "x", "y")], ["x"], ["y"])
+    with pytest.raises(FusionError, match="AddOne has a design, and a design is for one device"):
+        get_backend("sim").compile(seq.runlist, seq.layout)

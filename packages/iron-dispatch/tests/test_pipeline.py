@@ -1,0 +1,150 @@
+"""The compile pipeline with a toolchain: kernel objects by recipe, aiecc
+with iron.design's flags, failures that leave nothing behind. Stand-in
+tools record how they were called; the real ones run under the
+`toolchain` marker."""
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from dispatch_fakes import AddK, AddOne, Twice
+
+from iron.core import Device
+from iron.design import Toolchain, ToolchainError, find_toolchain
+from iron.dispatch import CompileCache, OperatorSequence
+from iron.dispatch.backends.sim import SimBackend
+from iron.dispatch.runtime import scratchpad_layout
+
+SIZE = 1024
+NPU1 = Device.from_name("npu1")
+
+# a stand-in for a tool: logs its arguments, then writes what it is asked to
+TOOL = """#!{python}
+import json, pathlib, sys
+args = sys.argv[1:]
+with open({log!r}, "a") as log:
+    log.write(json.dumps([pathlib.Path(sys.argv[0]).name, *args]) + "\\n")
+{body}
+"""
+PEANO_BODY = "pathlib.Path(args[args.index('-o') + 1]).write_bytes(b'object')"
+AIECC_BODY = """
+out = pathlib.Path([a for a in args if a.startswith('--output-dir=')][0].split('=', 1)[1])
+for name in ('add_one_i32.o', 'add_k_i32.o'):
+    assert not (out / 'program.mlir').read_text().count(name) or (out / name).is_file(), name
+(out / 'program.elf').write_bytes(b'ELF')
+if '--get-scratchpad-parameters' in args:
+    (out / 'params.txt').write_text('1\\nw0 0 i32 core\\n')
+"""
+FAILING_BODY = (
+    "sys.stderr.write(\"error: 'aie.device' op tile (0, 2) is out of locks\\n\"); sys.exit(3)"
+)
+
+
+def _tool(path: Path, log: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(TOOL.format(python=sys.executable, log=str(log), body=body))
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+@pytest.fixture
+def tools(tmp_path):
+    log = tmp_path / "calls.log"
+    peano = tmp_path / "peano"
+    _tool(peano / "bin" / "clang++", log, PEANO_BODY)
+
+    def make(aiecc_body=AIECC_BODY):
+        aiecc = _tool(tmp_path / "bin" / "aiecc", log, aiecc_body)
+        return Toolchain(aiecc, peano), log
+
+    return make
+
+
+class ToolchainSim(SimBackend):
+    """The sim backend's compile, with the toolchain given."""
+
+    def __init__(self, toolchain):
+        super().__init__(CompileCache())
+        self._toolchain = toolchain
+
+    def toolchain(self):
+        return self._toolchain
+
+
+def sequence(*ops):
+    entries, buffer = [], "x"
+    for i, op in enumerate(ops):
+        out = "y" if i == len(ops) - 1 else f"t{i}"
+        entries.append((op, buffer, out))
+        buffer = out
+    return OperatorSequence("seq", entries, ["x"], ["y"], device=NPU1)
+
+
+def calls(log: Path, tool: str) -> list[list[str]]:
+    rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return [row[1:] for row in rows if row[0] == tool]
+
+
+def test_aiecc_compiles_each_program_with_the_design_flags(tools):
+    toolchain, log = tools()
+    seq = sequence(AddOne(SIZE), AddK(SIZE))  # k unbound: the constant 0, no scratchpad
+    image = ToolchainSim(toolchain).compile(seq.runlist, seq.layout, trace_size=256)
+    (elf,) = image.elves
+    assert elf.endswith("program0.elf") and Path(elf).read_bytes() == b"ELF"
+    (aiecc,) = calls(log, "aiecc")
+    assert "--get-full-elf" in aiecc and "--dynamic-objFifos" in aiecc
+    assert "--expand-load-pdis" in aiecc and "--get-input-with-addresses" in aiecc
+    assert "--get-scratchpad-parameters" not in aiecc
+    assert f"--peano={toolchain.peano}" in aiecc
+    entry = Path(elf).parent
+    assert (entry / "program0.mlir").is_file()
+    recipes = json.loads((entry / "recipes.json").read_text())
+    assert set(recipes) == {"add_one_i32.o", "add_k_i32.o"}
+    assert all(r["target"] == "aie2-none-unknown-elf" for r in recipes.values())
+
+
+def test_kernel_objects_are_shared_between_graphs_by_recipe(tools):
+    toolchain, log = tools()
+    backend = ToolchainSim(toolchain)
+    backend.compile(sequence(AddOne(SIZE)).runlist, sequence(AddOne(SIZE)).layout)
+    two = sequence(AddOne(SIZE), AddOne(SIZE, tile=512))
+    backend.compile(two.runlist, two.layout)
+    assert len(calls(log, "aiecc")) == 2
+    assert len(calls(log, "clang++")) == 1  # one source, one set of flags: one object
+    kinds = sorted(e.get("kind", e.get("backend")) for e in CompileCache().entries())
+    assert kinds == ["kernel", "sim", "sim"]
+
+
+def test_a_failing_aiecc_shows_its_message_and_leaves_no_entry(tools, private_cache):
+    toolchain, _ = tools(FAILING_BODY)
+    seq = sequence(AddOne(SIZE))
+    with pytest.raises(ToolchainError, match=r"aiecc failed \(exit 3\)[\s\S]*out of locks"):
+        ToolchainSim(toolchain).compile(seq.runlist, seq.layout)
+    programs = [e for e in CompileCache().entries() if e.get("kind") != "kernel"]
+    assert programs == []
+    leftovers = [p for p in Path(private_cache).rglob("*") if p.name.startswith((".aiecc", "."))]
+    assert [p for p in leftovers if p.is_dir()] == []
+
+
+@pytest.mark.toolchain
+def test_the_real_toolchain_builds_a_fused_program(private_cache):
+    seq = sequence(AddOne(SIZE), AddOne(SIZE))
+    image = ToolchainSim(find_toolchain()).compile(seq.runlist, seq.layout)
+    (elf,) = image.elves
+    assert Path(elf).stat().st_size > 0
+
+
+def test_a_step_without_a_design_cannot_go_to_aiecc(tools):
+    toolchain, log = tools()
+    seq = sequence(AddOne(SIZE), Twice(SIZE))
+    with pytest.raises(ValueError, match=r"1 of 2 steps ran designs.*aiecc compiles designs only"):
+        ToolchainSim(toolchain).compile(seq.runlist, seq.layout)
+    assert calls(log, "aiecc") == []
+
+
+def test_the_scratchpad_layout_follows_aiecc_params_txt(tmp_path):
+    (tmp_path / "program0.params.txt").write_text("2\nw0 3 i32 core\nw1 0 i32 addr\n")
+    assert scratchpad_layout(str(tmp_path / "program0.elf")) == {"w0": (3, 2), "w1": (0, 0)}
+    assert scratchpad_layout(str(tmp_path / "program1.json")) == {}
