@@ -17,7 +17,6 @@ from iron.design import (
     TAP,
     Call,
     Fill,
-    KernelError,
     Loop,
     Obj,
     Param,
@@ -27,6 +26,7 @@ from iron.design import (
     to_mlir,
 )
 from iron.ops.eltwise import LayerNorm, RMSNorm, RoPE, Softmax, angle_table
+from iron.ops.eltwise.rows import softmax_model
 
 ROWS = (RMSNorm, LayerNorm, Softmax, RoPE)
 CASES = [
@@ -151,7 +151,7 @@ def test_rope_pairs_each_angle_row_with_the_rows_it_serves():
         (LayerNorm(rows=4, cols=256), "npu1", [("layer_norm", "aie2/layer_norm.cc", 4)]),
         (LayerNorm(rows=4, cols=256), "npu2", [("layer_norm", "aie2p/layer_norm.cc", 3)]),
         (Softmax(rows=4, cols=64), "npu1",
-         [("iron_zero_bf16", "kernels/rows.cc", 2), ("softmax_bf16", "aie2/softmax.cc", 3)]),
+         [("iron_mask_tail_bf16", "kernels/rows.cc", 3), ("softmax_bf16", "aie2/softmax.cc", 3)]),
         (RoPE(rows=4, cols=64), "npu2", [("rope_two_halves", "generic/rope.cc", 4)]),
         (RoPE(rows=4, cols=64, method="interleaved"), "npu1", [("rope", "generic/rope.cc", 4)]),
     ],
@@ -174,7 +174,7 @@ def test_every_shipped_kernel_a_row_design_links_is_in_the_installed_package():
                 designs.append(design_of(op.resolve(Device.from_name(device))))
     shipped = {k for d in designs for k in d.kernels if k.source.package is not None}
     assert {k.symbol for k in shipped} == {
-        "iron_set_rounding_conv_even", "iron_zero_bf16", "iron_mul_bf16"
+        "iron_set_rounding_conv_even", "iron_mask_tail_bf16", "iron_mul_bf16"
     }  # fmt: skip
     for kernel in shipped:
         text = (files(kernel.source.package) / kernel.source.file).read_text()
@@ -184,37 +184,65 @@ def test_every_shipped_kernel_a_row_design_links_is_in_the_installed_package():
 # ---- Softmax's per-call valid is a runtime parameter ---------------------------------------
 
 
-def test_softmax_valid_is_the_kernels_runtime_length():
-    """One design serves every valid: columns past it come out +0."""
+def test_softmax_valid_is_a_runtime_parameter_of_one_design():
+    """One design serves every valid, whole vectors or not (a decode step's
+    context length is any count): columns past it come out +0."""
     op = resolved(Softmax, Softmax.cases[1], "npu2")  # 2048 columns
     design = design_of(op)
     assert design.params == ("valid",)
     given = inputs(op)
-    for valid in (32, 1024, 2048):
+    for valid in (1, 14, 32, 1000, 2048):
         y = run_design(op, given, design, valid=valid)
         verdict = compare(y, reference(op, given, valid=valid), op.tolerance())
         assert verdict, f"valid={valid}: {verdict.detail}"
         assert (y[:, valid:].view(np.uint16) == 0).all()
 
 
-def test_softmax_zeroes_each_output_row_before_its_kernel_writes_valid_columns():
-    """The simulator's pools start at 0, so a stale tail could only show on a
-    device (a slot reused across dispatches with a shrinking valid): what
-    can be checked here is that every row's y is zeroed before softmax_bf16."""
-    design = design_of(resolved(Softmax, Softmax.cases[0], "npu2"))
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_softmax_masks_the_columns_past_valid_before_its_kernel(device):
+    """softmax_bf16 runs over the whole row after the mask: without the mask
+    the columns past `valid` would take part in the sum."""
+    op = resolved(Softmax, Softmax.cases[0], device)
+    design = design_of(op)
     for worker in design.workers:
         calls = [(c.kernel.symbol, c.args) for c in worker.calls()]
-        y = next(f.name for f in design.fifos if f.producer.name == worker.name)
+        x = next(f.name for f in design.fifos if f.consumers[0].name == worker.name)
         assert [symbol for symbol, _ in calls] == [
-            "iron_set_rounding_conv_even", "iron_zero_bf16", "softmax_bf16"
+            "iron_set_rounding_conv_even", "iron_mask_tail_bf16", "softmax_bf16"
         ]  # fmt: skip
-        assert calls[1][1] == (Obj(y), 64) and calls[2][1][1:] == (Obj(y), Param("valid"))
+        assert calls[1][1] == (Obj(x), Param("valid"), 64) and calls[2][1][2] == 64
+    given = inputs(op)
+    unmasked = attrs.evolve(
+        design,
+        workers=tuple(
+            attrs.evolve(w, body=_without_symbol(w.body, "iron_mask_tail_bf16"))
+            for w in design.workers
+        ),
+    )
+    y = run_design(op, given, design, valid=14)
+    assert compare(y, reference(op, given, valid=14), op.tolerance())
+    assert not compare(
+        run_design(op, given, unmasked, valid=14), reference(op, given, valid=14), op.tolerance()
+    )
 
 
-def test_softmax_kernel_refuses_a_partial_vector():
-    op = resolved(Softmax, Softmax.cases[0], "npu1")
-    with pytest.raises(KernelError, match="whole 16-element vectors; valid=40"):
-        run_design(op, inputs(op), valid=40)
+def _without_symbol(body, symbol):
+    out = []
+    for statement in body:
+        if isinstance(statement, Call) and statement.kernel.symbol == symbol:
+            continue
+        if hasattr(statement, "body"):
+            statement = attrs.evolve(statement, body=_without_symbol(statement.body, symbol))
+        out.append(statement)
+    return tuple(out)
+
+
+def test_softmax_kernel_model_refuses_a_partial_vector():
+    """mlir-aie's softmax_bf16 walks whole vectors: its model refuses less,
+    which is why the design masks instead of passing `valid` as the length."""
+    x = np.ones(64, bf16)
+    with pytest.raises(ValueError, match="whole 16-element vectors; valid=40"):
+        softmax_model("aie2", x, np.empty_like(x), 40)
 
 
 # ---- corrupting a transfer or the kernel call changes the output ---------------------

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 
 from iron.core import IN, OUT, Device, OperatorError, bf16
@@ -176,9 +177,14 @@ def softmax_model(arch: str, x, y, valid) -> None:
     y[:valid] = to_bf16(_f32(exps) * inverse)
 
 
-def zero_model(y, n) -> None:
-    """iron_zero_bf16: the row set to +0."""
-    y[:n] = 0
+#: the most negative finite bf16: its exp underflows to exactly 0 on both
+#: generations (aie2's table and aie2p's exp2 of a float32 -inf)
+MASKED = ml_dtypes.finfo(bf16).min
+
+
+def mask_tail_model(x, valid, n) -> None:
+    """iron_mask_tail_bf16: x[valid:n] set to the most negative bf16."""
+    x[valid:n] = MASKED
 
 
 def rope_model(method: str, x, angles, y, cols) -> None:
@@ -204,7 +210,7 @@ def _row(cols: int) -> Memref:
     return Memref((cols,), "bf16")
 
 
-#: our helpers (kernels/rows.cc): setting the rounding mode and zeroing a row
+#: our helpers (kernels/rows.cc): setting the rounding mode and masking a row's tail
 ROW_HELPERS = shipped("iron.ops.eltwise", "kernels/rows.cc")
 
 #: iron_set_rounding_conv_even()
@@ -253,9 +259,12 @@ def softmax_kernel(arch: str, cols: int) -> Kernel:
     )
 
 
-def zero_kernel(cols: int) -> Kernel:
-    """iron_zero_bf16(bf16 *y, int32 n) (kernels/rows.cc)."""
-    return Kernel("iron_zero_bf16", (_row(cols), Scalar("i32")), ROW_HELPERS, zero_model)
+def mask_tail_kernel(cols: int) -> Kernel:
+    """iron_mask_tail_bf16(bf16 *x, int32 valid, int32 n) (kernels/rows.cc)."""
+    return Kernel(
+        "iron_mask_tail_bf16", (_row(cols), Scalar("i32"), Scalar("i32")), ROW_HELPERS,
+        mask_tail_model,
+    )  # fmt: skip
 
 
 def rope_kernel(method: str, cols: int) -> Kernel:
@@ -422,13 +431,15 @@ def softmax(rows, cols, columns, channels, device) -> Design:
         f"a multiple of {lanes} on {arch} (mlir-aie's softmax_bf16 walks whole "
         f"{lanes}-element vectors)",
     )  # fmt: skip
-    kernel, zero = softmax_kernel(arch, cols), zero_kernel(cols)
-    # softmax_bf16 writes the first `valid` columns only: the row is zeroed first
+    kernel, mask = softmax_kernel(arch, cols), mask_tail_kernel(cols)
+    # softmax_bf16 walks whole vectors, and `valid` (a decode step's context
+    # length) is any count: the columns past it are masked to a value whose
+    # exp is 0, so the kernel runs over the whole row and writes exact zeros there
     return row_design(
         "softmax", device, rows, cols, columns, channels,
         lambda k: (
-            Call(zero, (Obj(f"y{k}"), cols)),
-            Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), Param("valid"))),
+            Call(mask, (Obj(f"x{k}"), Param("valid"), cols)),
+            Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), cols)),
         ),
         who=("Softmax", "cols"),
         params=("valid",),

@@ -13,10 +13,12 @@ void iron_set_rounding_conv_even() {
   ::aie::set_rounding(aie::rounding_mode::conv_even);
 }
 
-// y[0:n] = +0: Softmax's row before softmax_bf16 writes its valid columns.
-void iron_zero_bf16(bfloat16 *y, int32_t n) {
-  for (int32_t i = 0; i < n; i++)
-    y[i] = (bfloat16)0.0f;
+// x[valid:n] = the most negative finite bf16 (bits 0xff7f), whose exp is 0:
+// Softmax masks the columns past a call's `valid` so that softmax_bf16, which
+// walks whole vectors, can run over the whole row.
+void iron_mask_tail_bf16(bfloat16 *x, int32_t valid, int32_t n) {
+  for (int32_t i = valid; i < n; i++)
+    x[i] = -3.38953139e38f;
 }
 
 } // extern "C"
