@@ -11,7 +11,7 @@ import pytest
 from filecheck.main import main as filecheck_main
 
 from iron.core import Device
-from iron.design import TAP, Drain, Fill, check, design_of, simulate, to_mlir
+from iron.design import TAP, Drain, Fill, TransferError, check, design_of, simulate, to_mlir
 from iron.ops.eltwise import MemCopy, Repeat, StridedCopy, Transpose
 
 MOVERS = (MemCopy, StridedCopy, Repeat, Transpose)
@@ -44,10 +44,15 @@ def inputs(op, seed=0):
     return {spec.name: random_bits(spec, rng) for spec in op.arg_specs() if spec.reads}
 
 
-def expected(op, given, **per_call):
+def offsets(op, **per_call):
+    """StridedCopy's per-call offsets (the design's runtime parameters)."""
     if isinstance(op, StridedCopy):
-        per_call = {"in_offset": 0, "out_offset": 0, **per_call}
-    return op.reference(*given.values(), **per_call)
+        return {"in_offset": 0, "out_offset": 0, **per_call}
+    return {}
+
+
+def expected(op, given, **per_call):
+    return op.reference(*given.values(), **offsets(op, **per_call))
 
 
 @pytest.mark.parametrize("cls, case, device", CASES)
@@ -64,28 +69,38 @@ def test_the_design_fits_the_device(cls, case, device):
 def test_the_simulated_design_is_bit_exact(cls, case, device):
     op = resolved(cls, case, device)
     given = inputs(op)
-    run = simulate(design_of(op), given)
+    run = simulate(design_of(op), given, offsets(op))
     assert (bits(run["y"]) == bits(expected(op, given))).all()
 
 
 def test_strided_copy_lands_at_its_per_call_offsets():
-    """One position's keys into row 5 of a 16-row cache, read from word 0:
-    the rest of the cache keeps its bits."""
-    case = StridedCopy.cases[1]
-    op = resolved(StridedCopy, case, "npu2")
+    """One design serves every position: one position's keys into rows 0, 5
+    and 15 of a 16-row cache, the offset a runtime parameter; the rest of
+    the cache keeps its bits."""
+    op = resolved(StridedCopy, StridedCopy.cases[1], "npu2")
+    design = design_of(op)
+    assert design.params == ("in_offset", "out_offset")
     given = inputs(op, seed=3)
-    run = simulate(design_of(op, out_offset=5 * 512), given)
-    want = expected(op, given, out_offset=5 * 512)
-    assert (bits(run["y"]) == bits(want)).all()
-    assert (bits(run["y"][:2560]) == bits(given["y"][:2560])).all()
+    for row in (0, 5, 15):
+        run = simulate(design, given, offsets(op, out_offset=row * 512))
+        assert (bits(run["y"]) == bits(expected(op, given, out_offset=row * 512))).all()
+        assert (bits(run["y"][: row * 512]) == bits(given["y"][: row * 512])).all()
 
 
 def test_strided_copy_reads_from_its_in_offset():
     op = StridedCopy(input_buffer_size=2048, output_buffer_size=1024, sizes=(16, 32),
-                     strides=(128, 1), in_offset=64).resolve(Device.from_name("npu1"))  # fmt: skip
+                     strides=(128, 1)).resolve(Device.from_name("npu1"))  # fmt: skip
     given = inputs(op, seed=4)
-    run = simulate(design_of(op), given)
+    run = simulate(design_of(op), given, offsets(op, in_offset=64))
     assert (bits(run["y"]) == bits(expected(op, given, in_offset=64))).all()
+    assert (bits(run["y"]) != bits(expected(op, given, in_offset=0))).any()
+
+
+def test_an_offset_that_is_not_a_whole_word_is_a_transfer_error():
+    """mlir-aie rounds such an offset down to the word: a wrong row, silently."""
+    op = resolved(StridedCopy, StridedCopy.cases[1], "npu2")
+    with pytest.raises(TransferError, match="out_offset=3 elements is 6 B"):
+        simulate(design_of(op), inputs(op), offsets(op, out_offset=3))
 
 
 # ---- the simulator runs the transfers: change one and the output changes -------------
@@ -133,7 +148,7 @@ def test_a_changed_transfer_changes_the_output(cls, case, device):
     op = resolved(cls, case, device)
     given = inputs(op, seed=1)
     kind, change = MUTATIONS[cls]
-    run = simulate(with_transfer(design_of(op), kind, change), given)
+    run = simulate(with_transfer(design_of(op), kind, change), given, offsets(op))
     assert (bits(run["y"]) != bits(expected(op, given))).any()
 
 
@@ -141,7 +156,7 @@ def test_a_moved_offset_changes_the_output():
     op = resolved(StridedCopy, StridedCopy.cases[1], "npu1")
     given = inputs(op, seed=2)
     moved = with_transfer(design_of(op), Drain, lambda tap: attrs.evolve(tap, offset=512))
-    assert (bits(simulate(moved, given)["y"]) != bits(expected(op, given))).any()
+    assert (bits(simulate(moved, given, offsets(op))["y"]) != bits(expected(op, given))).any()
 
 
 # ---- the MLIR of one mover ------------------------------------------------------------
@@ -248,7 +263,7 @@ def test_a_mover_fits_and_is_exact_beyond_its_cases(op, device):
     report = check(design)
     assert report.ok, "\n".join(map(str, report.violations))
     given = inputs(op)
-    assert (bits(simulate(design, given)["y"]) == bits(expected(op, given))).all()
+    assert (bits(simulate(design, given, offsets(op))["y"]) == bits(expected(op, given))).all()
 
 
 FULL_ARRAY = [
@@ -271,4 +286,32 @@ def test_a_mover_on_every_column_fits(op, device):
 def test_a_mover_on_every_column_is_exact(op, device):
     op = op.resolve(Device.from_name(device))
     given = inputs(op, seed=7)
-    assert (bits(simulate(design_of(op), given)["y"]) == bits(expected(op, given))).all()
+    assert (
+        bits(simulate(design_of(op), given, offsets(op))["y"]) == bits(expected(op, given))
+    ).all()
+
+
+STRIDED_COPY_CHECKS = r"""
+CHECK-DAG:  aiex.scratchpad_parameter @in_offset : i32
+CHECK-DAG:  aiex.scratchpad_parameter @out_offset : i32
+CHECK:      aie.runtime_sequence @sequence(%[[X:.+]]: memref<512xbf16>, %[[Y:.+]]: memref<8192xbf16>) {
+CHECK:      aiex.sync_scratchpad_parameters_from_host
+CHECK:      aie.dma_bd(%[[X]] : memref<512xbf16> offset = 0 len = 512 {{.*}}) {offset_parameter = @in_offset}
+CHECK:      aie.dma_bd(%[[Y]] : memref<8192xbf16> offset = 0 len = 512 {{.*}}) {offset_parameter = @out_offset}
+"""
+
+
+def test_strided_copy_mlir_patches_both_offsets_from_the_scratchpad(tmp_path):
+    """mlir-aie's offset_parameter: the word is added to the shim BD's address
+    at each call, so the compiled program serves every cache row."""
+    op = resolved(StridedCopy, StridedCopy.cases[1], "npu2")
+    code, output = filecheck(to_mlir(design_of(op)), STRIDED_COPY_CHECKS, tmp_path)
+    assert code == 0, output
+    fixed = attrs.evolve(
+        design_of(op),
+        sequence=[
+            attrs.evolve(s, offset_param=None) if isinstance(s, Drain) else s
+            for s in design_of(op).sequence
+        ],
+    )
+    assert filecheck(to_mlir(fixed), STRIDED_COPY_CHECKS, tmp_path)[0] != 0

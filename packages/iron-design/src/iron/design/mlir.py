@@ -565,10 +565,13 @@ def _task(design: Design, statement: Fill | Drain, task: str, argument: str) -> 
     if tap.sizes[0] > 1:
         attributes.append(f"repeat_count = {tap.sizes[0] - 1} : i32")
     attributes = f" {{{', '.join(attributes)}}}" if attributes else ""
+    # the parameter's word is added to the BD's address when the task is issued
+    patched = f" {{offset_parameter = @{statement.offset_param}}}" if statement.offset_param else ""
     return [
         f"{task} = aiex.dma_configure_task_for @{statement.fifo} {{",
         f"  aie.dma_bd({argument} : {memref} offset = {tap.offset} len = "
-        f"{math.prod(tap.sizes[1:])} sizes = {_list(tap.sizes)} strides = {_list(tap.strides)})",
+        f"{math.prod(tap.sizes[1:])} sizes = {_list(tap.sizes)} strides = {_list(tap.strides)})"
+        f"{patched}",
         "  aie.end",
         f"}}{attributes}",
         f"aiex.dma_start_task({task})",

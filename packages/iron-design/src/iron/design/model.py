@@ -588,24 +588,29 @@ class Worker:
 class Fill:
     """A shim DMA task moving `tensor` (through `tap`; None: all of it, in
     order) into `fifo`. Tasks with `wait` are awaited when their `group`
-    finishes; the others are freed then."""
+    finishes; the others are freed then. `offset_param` names a runtime
+    parameter added to the TAP's offset, in elements, per call (mlir-aie's
+    `offset_parameter`: a scratchpad word patched into the BD's address)."""
 
     fifo: str
     tensor: str
     tap: TAP | None = None
     wait: bool = False
     group: str = "default"
+    offset_param: str | None = None
 
 
 @attrs.frozen
 class Drain:
-    """A shim DMA task moving `fifo`'s objects into `tensor` through `tap`."""
+    """A shim DMA task moving `fifo`'s objects into `tensor` through `tap`
+    (`offset_param` as for `Fill`)."""
 
     fifo: str
     tensor: str
     tap: TAP | None = None
     wait: bool = True
     group: str = "default"
+    offset_param: str | None = None
 
 
 @attrs.frozen
@@ -905,6 +910,8 @@ def _check_structure(design: Design) -> None:
                     f"{where}: {verb}s {fifo.dtype} fifo {fifo.name} with {tensors[statement.tensor].dtype} "
                     f"tensor {statement.tensor}"
                 )
+            if statement.offset_param is not None:
+                _known_param(design, where, Param(statement.offset_param))
         elif isinstance(statement, SetBarrier):
             if statement.barrier not in design.barriers:
                 raise DesignError(f"{where}: sets undeclared barrier {statement.barrier!r}")

@@ -947,6 +947,10 @@ class _Machine:
             )
             tap = statement.tap or TAP.linear(tensor.size)
             index = tap.indices()
+            if statement.offset_param is not None:
+                offset = self._runtime_offset(label, statement.offset_param, tensor)
+                index = index + offset
+                label += f" at {statement.offset_param}={offset}"
             _check_bounds(
                 f"design {self.design.name}: {label}: TAP {tap}",
                 index,
@@ -961,6 +965,19 @@ class _Machine:
                 )
             tasks[i] = Task(label, statement, self.arrays[tensor.name], index)
         return tasks
+
+    def _runtime_offset(self, label: str, param: str, tensor) -> int:
+        """The parameter's value, which the shim adds to the BD's address: in
+        whole 4-byte words, since mlir-aie's DMA-to-NPU lowering rounds a
+        misaligned parameter down to the word, with only a compile warning."""
+        offset = self.params[param]
+        nbytes = element_type(tensor.dtype).nbytes
+        if offset * nbytes % 4:
+            raise TransferError(
+                f"design {self.design.name}: {label}: {param}={offset} elements is "
+                f"{offset * nbytes} B, not a whole number of 4-byte words"
+            )
+        return offset
 
     # ---- after the run
 

@@ -68,18 +68,26 @@ def dma_design(
     tensors: Sequence[Tensor],
     lanes: Sequence[tuple[int, int, TAP, TAP]],
     dtype,
+    offset_params: tuple[str | None, str | None] = (None, None),
 ) -> Design:
     """A design of DMA lanes: each (column, object elements, fill TAP of x,
-    drain TAP of y) streams x through that column's memtile into y."""
+    drain TAP of y) streams x through that column's memtile into y.
+    `offset_params` names the runtime parameters added to the fill's and the
+    drain's offsets (None: none)."""
     fifos, links, fills, drains = [], [], [], []
+    fill_offset, drain_offset = offset_params
     for index, (column, obj, fill, drain) in enumerate(lanes):
         lane = f"lane{index}"
         pair, link = _lane(lane, column, obj, dtype)
         fifos += pair
         links.append(link)
-        fills.append(Fill(f"{lane}_in", "x", fill))
-        drains.append(Drain(f"{lane}_out", "y", drain, wait=True))
-    return Design(name, device, tuple(tensors), tuple(fifos), (), (*fills, *drains), tuple(links))
+        fills.append(Fill(f"{lane}_in", "x", fill, offset_param=fill_offset))
+        drains.append(Drain(f"{lane}_out", "y", drain, wait=True, offset_param=drain_offset))
+    params = tuple(p for p in offset_params if p is not None)
+    return Design(
+        name, device, tuple(tensors), tuple(fifos), (), (*fills, *drains), tuple(links),
+        params=params,
+    )  # fmt: skip
 
 
 def mem_copy(
@@ -102,19 +110,21 @@ def strided_copy(
     output_size: int,
     sizes: Sequence[int],
     strides: Sequence[int],
-    in_offset: int,
-    out_offset: int,
     device: Device,
     dtype,
 ) -> Design:
     """The gather is the fill's access pattern; the drain writes the window
     of y contiguously. y is INOUT: elements outside the window are never
-    written."""
+    written. The per-call offsets are the runtime parameters `in_offset` and
+    `out_offset`, added to the two transfers' addresses, so one design
+    serves every call (a decode step's cache row)."""
     count = math.prod(sizes)
     obj = lane_object(count, element_type(dtype).nbytes)
-    lane = (0, obj, TAP(in_offset, sizes, strides), TAP.linear(count, out_offset))
+    lane = (0, obj, TAP(0, sizes, strides), TAP.linear(count))
     tensors = (Tensor("x", (input_size,), dtype, IN), Tensor("y", (output_size,), dtype, INOUT))
-    return dma_design("strided_copy", device, tensors, [lane], dtype)
+    return dma_design(
+        "strided_copy", device, tensors, [lane], dtype, offset_params=("in_offset", "out_offset")
+    )
 
 
 def repeat(

@@ -145,17 +145,13 @@ class StridedCopy(Operator):
                 )
 
     @staticmethod
-    def design(
-        input_buffer_size, output_buffer_size, sizes, strides, in_offset, out_offset, dtype, device
-    ):
+    def design(input_buffer_size, output_buffer_size, sizes, strides, dtype, device):
         from iron.ops.eltwise import movers  # loads iron.design on first use
 
-        # the offsets are the operator's per-call members as bound here: a design
-        # serves one (in_offset, out_offset); see the README on runtime patching
+        # the per-call offsets are the design's runtime parameters of the same names
         return movers.strided_copy(
-            input_buffer_size, output_buffer_size, sizes, strides,
-            int(in_offset), int(out_offset), device, dtype,
-        )  # fmt: skip
+            input_buffer_size, output_buffer_size, sizes, strides, device, dtype
+        )
 
     def reference(self, x, y, *, in_offset, out_offset):
         self._check_offsets(in_offset, out_offset)
