@@ -248,7 +248,7 @@ CHECK-NEXT: %[[FILL:{V}]] = aiex.dma_configure_task(%[[MEM]], S2MM, [[MEM_IN]]) 
 CHECK-NEXT: %[[THREE:{V}]] = arith.constant 3 : i32
 {slot_bd("PROD", "CONS", 0, "THREE", False)}
 {slot_bd("PROD", "CONS", 1, "THREE", True)}
-CHECK-NEXT: }}{{{{$}}}}
+CHECK-NEXT: {{{{^ *}}$}}}}
 CHECK-NEXT: aiex.dma_start_task(%[[FILL]])
 CHECK-NEXT: %[[DRAIN:{V}]] = aiex.dma_configure_task(%[[MEM]], MM2S, [[MEM_OUT]]) {{
 CHECK-NEXT: %[[UNIT:{V}]] = arith.constant 1 : i32
@@ -282,6 +282,7 @@ def test_a_programmed_pool_emits_slots_locks_routes_and_runtime_tasks(npu2, tmp_
         {"fill": PoolTask("pool", True, [SlotBd(0, 3, 3), SlotBd(1, 3, 2)])},
         {"fill": PoolTask("pool", True, [SlotBd(0, 2, 3), SlotBd(1, 3, 3)])},
         {"drain": PoolTask("pool", False, [SlotBd(0), SlotBd(1)], repeat_count=4)},
+        {"fill": PoolTask("pool", True, [SlotBd(0, 3, 3), SlotBd(1, 3, 3)], repeat_count=2)},
         {"drain": PoolTask("pool", False, [SlotBd(1), SlotBd(0)], repeat_count=3)},
         {"slots": 3},
     ],

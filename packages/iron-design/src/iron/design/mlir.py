@@ -37,6 +37,9 @@ Choices, each as current mlir-aie makes it:
   which the ObjectFifo lowering honours as given; from a single number it
   would size each core's pool to that core's largest acquire + 1, so the
   hardware would hold other than the design (and the checker) says.
+- A programmed memtile pool is no ``aie.objectfifo.link``: its slots,
+  locks, routes, consumer ends and runtime tasks are spelled out
+  (`iron.design.mlir_pools` says how and why).
 - Kernels are private ``func.func`` declarations with ``link_with`` naming
   their object; kernels built from one source with one set of flags share
   one object (`kernel_objects`).
@@ -318,11 +321,6 @@ def _objectfifo(design: Design, fifo: ObjectFifo) -> str:
 
 
 def _link(design: Design, link: Link) -> str:
-    if link.programmed:
-        raise DesignError(
-            f"design {design.name}: link {link.name}: programmed pools (runtime-pushed memtile "
-            "tasks) are not emitted yet"
-        )
     fifos = f"{_list(f'@{f}' for f in link.sources)} -> {_list(f'@{f}' for f in link.destinations)}"
     if link.kind == "forward":
         return f"aie.objectfifo.link {fifos}([] [])"
