@@ -301,6 +301,7 @@ def test_a_pool_the_dialect_cannot_drive_is_refused_by_name(npu2):
         to_mlir(attrs.evolve(design, fifos=(design.fifos[0], elsewhere, design.fifos[2])))
     body = (Acquire("in", 2), *design.workers[0].body)  # takes two, gives one back per pass
     with pytest.raises(
-        DesignError, match=r"worker adder: a loop ends holding 1 objects of fifo in"
+        DesignError,
+        match=r"worker adder: a loop ends holding 1 of fifo in's objects where it began holding 0",
     ):
         to_mlir(attrs.evolve(design, workers=(attrs.evolve(design.workers[0], body=body),)))

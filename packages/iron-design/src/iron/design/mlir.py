@@ -457,9 +457,10 @@ class _Core:
         unbalanced = [f for f in self.pool_fed if self.pool_fed[f] != counted[f]]
         if unbalanced:
             raise DesignError(
-                f"{self.where}: a loop ends holding {self.pool_fed[unbalanced[0]]} objects of "
-                f"fifo {unbalanced[0]}, which a programmed pool feeds, where it began with "
-                f"{counted[unbalanced[0]]}; its objects are counted where the code is emitted"
+                f"{self.where}: a loop ends holding {self.pool_fed[unbalanced[0]]} of fifo "
+                f"{unbalanced[0]}'s objects where it began holding {counted[unbalanced[0]]}; "
+                "a fifo a programmed pool feeds is counted where the code is emitted, so each "
+                "loop must give back what it takes"
             )
         # nor is the body's own subview in scope after it
         for fifo in changed:

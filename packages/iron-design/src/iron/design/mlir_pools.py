@@ -86,7 +86,7 @@ class Pools:
             )
             for consumer in destination.consumers:
                 tile = design.worker(consumer.name).tile
-                self.channels[link.name, consumer.name] = channel(
+                self.channels[link.name, "core", consumer.name] = channel(
                     tile, "S2MM", device.core_dma_channels
                 )
 
@@ -160,7 +160,7 @@ class Pools:
             core = _tile_value(_endpoint_tile(self.design, consumer))
             lines.append(
                 f"aie.flow({mem}, DMA : {self.channels[link.name, 'out']}, {core}, DMA : "
-                f"{self.channels[link.name, consumer.name]})"
+                f"{self.channels[link.name, 'core', consumer.name]})"
             )
         return lines
 
@@ -183,7 +183,7 @@ class Pools:
             f'{end_next(fifo.name, worker)} = aie.buffer({core}) {{sym_name = "{base}_next"}} : memref<1xi32>',
             f"%mem.{base} = aie.mem({core}) {{",
             "  %one = arith.constant 1 : i32",
-            f"  %0 = aie.dma_start(S2MM, {self.channels[link.name, worker]}, ^bd0, ^end)",
+            f"  %0 = aie.dma_start(S2MM, {self.channels[link.name, 'core', worker]}, ^bd0, ^end)",
         ]
         for i in range(depth):
             lines += [
