@@ -12,6 +12,7 @@ from iron.core.spec import IN, OUT
 from iron.design import (
     TAP,
     Acquire,
+    Call,
     DeadlockError,
     Design,
     DesignError,
@@ -19,11 +20,14 @@ from iron.design import (
     Fill,
     Finish,
     LockError,
+    Obj,
     ObjectFifo,
     PoolTask,
+    Release,
     SetLock,
     SlotBd,
     Tensor,
+    Tile,
     Worker,
     check,
     core,
@@ -305,3 +309,48 @@ def test_a_pool_the_dialect_cannot_drive_is_refused_by_name(npu2):
         match=r"worker adder: a loop ends holding 1 of fifo in's objects where it began holding 0",
     ):
         to_mlir(attrs.evolve(design, workers=(attrs.evolve(design.workers[0], body=body),)))
+
+
+def test_two_pools_on_one_memtile_take_its_highest_channels_in_turn(npu2, tmp_path):
+    """The ObjectFifo lowering takes each tile's lowest free channels, so the
+    channels the runtime drives count down from the last."""
+    kernel = add_one_body(SLOT)[2].kernel
+    body = (
+        Acquire("a"),
+        Acquire("b"),
+        Acquire("out"),
+        Call(kernel, (Obj("a"), Obj("out"), SLOT)),
+        Release("a"),
+        Release("b"),
+        Release("out"),
+    )
+    design = Design(
+        "two_pools",
+        npu2,
+        tensors=(Tensor("x", SLOT, "i32", IN), Tensor("y", SLOT, "i32", OUT)),
+        fifos=(
+            ObjectFifo("a_slots", SLOT, "i32", shim(0), (memtile("pool_a", depth=1),)),
+            ObjectFifo("a", SLOT, "i32", memtile("pool_a"), (core("w"),)),
+            ObjectFifo("b_slots", SLOT, "i32", shim(0), (memtile("pool_b", depth=1),)),
+            ObjectFifo("b", SLOT, "i32", memtile("pool_b"), (core("w"),)),
+            ObjectFifo("out", SLOT, "i32", core("w"), (shim(),)),
+        ),
+        workers=(Worker("w", body, tile=Tile(0, 2)),),
+        links=(
+            forward("pool_a", "a_slots", "a", tile=Tile(0, 1), programmed=True),
+            forward("pool_b", "b_slots", "b", tile=Tile(0, 1), programmed=True),
+        ),
+        sequence=(Fill("a_slots", "x"), Drain("out", "y")),
+    )
+    checks = f"""
+CHECK-DAG: %[[SHIM:{V}]] = aie.tile(0, 0)
+CHECK-DAG: %[[MEM:{V}]] = aie.tile(0, 1)
+CHECK-DAG: %[[CORE:{V}]] = aie.tile(0, 2)
+CHECK:     aie.flow(%[[SHIM]], DMA : 1, %[[MEM]], DMA : 5)
+CHECK:     aie.shim_dma_allocation @a_slots(%[[SHIM]], MM2S, 1)
+CHECK:     aie.flow(%[[MEM]], DMA : 5, %[[CORE]], DMA : 1)
+CHECK:     aie.flow(%[[SHIM]], DMA : 0, %[[MEM]], DMA : 4)
+CHECK:     aie.shim_dma_allocation @b_slots(%[[SHIM]], MM2S, 0)
+CHECK:     aie.flow(%[[MEM]], DMA : 4, %[[CORE]], DMA : 0)
+"""
+    assert_matches(to_mlir(design), checks, tmp_path)
