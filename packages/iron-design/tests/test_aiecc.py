@@ -24,8 +24,8 @@ from iron.design.aiecc import (
     peano_commands,
 )
 from iron.design.examples import add_one, add_one_kernel, split_join
-from iron.design.mlir import to_mlir
-from iron.design.model import Call, DesignError, aie_kernels, shipped
+from iron.design.mlir import kernel_objects, to_mlir
+from iron.design.model import Call, DesignError, aie_kernels, aie_runtime_lib, shipped
 
 SHIPPED_ADD_ONE = Path(iron.design.__file__).parent / "kernels" / "add_one.cc"
 
@@ -259,3 +259,130 @@ def test_add_one_compiles_to_a_full_elf(device_name, tmp_path):
         pytest.skip(str(missing))
     elf = build(add_one(Device.from_name(device_name)), tmp_path, toolchain=tools)
     assert elf.read_bytes()[:4] == b"\x7fELF"
+
+
+# ---- kernels of more than one source -------------------------------------------------------
+
+
+def _install(root: Path, files) -> Path:
+    for file in files:
+        (root / file).parent.mkdir(parents=True, exist_ok=True)
+        (root / file).write_text("// source\n")
+    return root
+
+
+LUT_FILES = ("include/aie_kernels/aie2/tanh.cc", "aie_runtime_lib/AIE2/lut_based_ops.cpp")
+
+
+def _lut_kernel_design(device, *, lut="{ARCH}/lut_based_ops.cpp", defines=("LUT_SEGMENTS=32",)):
+    source = aie_kernels(
+        "{arch}/tanh.cc",
+        extra_sources=[aie_runtime_lib(lut)],
+        include_dirs=[aie_runtime_lib("{ARCH}")],
+        defines=defines,
+    )
+    return _with_kernel(add_one(device), source=source, flags=("-DLANES=16",))
+
+
+def test_extra_sources_compile_each_then_combine_into_the_one_object(npu1, tmp_path):
+    install = _install(tmp_path / "mlir_aie", LUT_FILES)
+    design, _ = _lut_kernel_design(npu1)
+    work = tmp_path / "work"
+    commands = peano_commands(design, work, peano="/opt/peano", mlir_aie=install)
+    kernel_cc = install / "include" / "aie_kernels" / "aie2" / "tanh.cc"
+    lut_cpp = install / "aie_runtime_lib" / "AIE2" / "lut_based_ops.cpp"
+    parts = [work / "add_one_i32.0.tanh.o", work / "add_one_i32.1.lut_based_ops.o"]
+    assert len(commands) == 3
+    for command, source, part in zip(commands, (kernel_cc, lut_cpp), parts):
+        assert command[0] == "/opt/peano/bin/clang++"
+        assert "--target=aie2-none-unknown-elf" in command
+        assert f"-I{install / 'include'}" in command
+        assert f"-I{install / 'aie_runtime_lib' / 'AIE2'}" in command
+        assert command[-5:] == ["-DLANES=16", "-c", str(source), "-o", str(part)]
+        assert "-DLUT_SEGMENTS=32" in command
+    assert commands[2] == [
+        "/opt/peano/bin/ld.lld",
+        "-r",
+        *map(str, parts),
+        "-o",
+        str(work / "add_one_i32.o"),
+    ]
+    # the MLIR still links the one object
+    assert 'link_with = "add_one_i32.o"' in to_mlir(design)
+
+
+def test_extra_sources_resolve_per_arch_and_missing_ones_are_named(npu1, npu2, tmp_path):
+    install = _install(tmp_path / "mlir_aie", LUT_FILES)
+    on_npu2, _ = _lut_kernel_design(npu2)
+    with pytest.raises(
+        ToolchainError,
+        match=r"kernel add_one_i32: no AIE2P in this mlir-aie install's aie_runtime_lib",
+    ):
+        peano_commands(on_npu2, tmp_path, peano="p", mlir_aie=install)
+    missing, _ = _lut_kernel_design(npu1, lut="{ARCH}/exp_lut.cpp")
+    with pytest.raises(
+        ToolchainError, match=r"no AIE2/exp_lut\.cpp in this mlir-aie install's aie_runtime_lib"
+    ):
+        peano_commands(missing, tmp_path, peano="p", mlir_aie=install)
+    with pytest.raises(
+        ToolchainError, match=r"its include dir AIE2 is in mlir-aie's aie_runtime_lib, and no"
+    ):
+        peano_commands(_lut_kernel_design(npu1)[0], tmp_path, peano="p")
+
+
+def test_what_an_object_is_built_from_is_part_of_the_design(npu1, tmp_path):
+    design, kernel = _lut_kernel_design(npu1)
+    other_lut, other = _lut_kernel_design(npu1, lut="{ARCH}/other_lut.cpp")
+    other_define, _ = _lut_kernel_design(npu1, defines=("LUT_SEGMENTS=64",))
+    one_source, _ = _with_kernel(add_one(npu1), source=aie_kernels("{arch}/tanh.cc"))
+    digests = {d.digest() for d in (design, other_lut, other_define, one_source)}
+    assert len(digests) == 4
+    assert design.digest() == _lut_kernel_design(npu1)[0].digest()
+    install = _install(tmp_path / "mlir_aie", (*LUT_FILES, "aie_runtime_lib/AIE2/other_lut.cpp"))
+    first = peano_commands(design, tmp_path, peano="p", mlir_aie=install)
+    second = peano_commands(other_lut, tmp_path, peano="p", mlir_aie=install)
+    assert first[1] != second[1] and first[0] == second[0]
+    # kernels of one main file but different extras never share an object
+    worker = design.workers[0]
+    renamed = attrs.evolve(other, symbol="other_i32")
+    both = attrs.evolve(worker, body=(*worker.body, Call(renamed, worker.calls()[0].args)))
+    objects = kernel_objects(attrs.evolve(design, workers=(both,)))
+    assert objects == {kernel: "add_one_i32.o", renamed: "other_i32.o"}
+
+
+def test_malformed_extras_are_refused_by_name():
+    with pytest.raises(
+        DesignError, match=r"kernel source k\.cc: a define is NAME or NAME=VALUE \(no -D\)"
+    ):
+        shipped("iron.design", "k.cc", defines=["-DX=1"])
+    with pytest.raises(
+        DesignError, match=r"kernel source k\.cc: lut\.cpp is one file or directory"
+    ):
+        shipped(
+            "iron.design", "k.cc", extra_sources=[shipped("iron.design", "lut.cpp", defines=["X"])]
+        )
+    with pytest.raises(
+        DesignError, match=r"extra sources and include dirs are KernelSource values"
+    ):
+        aie_kernels("k.cc", include_dirs=["/usr/include"])
+    assert aie_runtime_lib("{ARCH}/lut.cpp").path_for("aie2p") == "AIE2P/lut.cpp"
+
+
+LINKER = """
+import os, sys
+argv = sys.argv[1:]
+assert argv[0] == "-r", argv
+inputs = argv[1 : argv.index("-o")]
+if not all(os.path.isfile(i) for i in inputs):
+    sys.exit(f"ld.lld: error: cannot open {inputs}")
+open(argv[argv.index("-o") + 1], "wb").write(b"".join(open(i, "rb").read() for i in inputs))
+"""
+
+
+def test_build_combines_the_parts_before_aiecc_links_the_object(stand_ins, npu1, tmp_path):
+    install = _install(tmp_path / "mlir_aie", LUT_FILES)
+    _executable(stand_ins.peano / "bin" / "ld.lld", LINKER)
+    design, _ = _lut_kernel_design(npu1)
+    tools = attrs.evolve(stand_ins, mlir_aie=install)
+    elf = build(design, tmp_path / "out", toolchain=tools)
+    assert elf.read_bytes() == b"\x7fELF"  # aiecc found add_one_i32.o where it looks

@@ -6,10 +6,13 @@ import attrs
 import numpy as np
 import pytest
 from sim_designs import add_one_body
+from test_mlir import V, assert_differs, assert_matches
 
 from iron.core.spec import IN, OUT
 from iron.design import (
     TAP,
+    Acquire,
+    Call,
     DeadlockError,
     Design,
     DesignError,
@@ -17,11 +20,14 @@ from iron.design import (
     Fill,
     Finish,
     LockError,
+    Obj,
     ObjectFifo,
     PoolTask,
+    Release,
     SetLock,
     SlotBd,
     Tensor,
+    Tile,
     Worker,
     check,
     core,
@@ -170,6 +176,181 @@ def test_a_forward_sends_each_source_object_whole_in_smaller_objects(npu2):
     assert np.array_equal(simulate(design, {"x": x})["y"], expected)
 
 
-def test_to_mlir_refuses_a_programmed_pool_by_name(npu2):
-    with pytest.raises(DesignError, match=r"link pool: programmed pools .* are not emitted yet"):
-        to_mlir(replay(npu2))
+# ---- MLIR ----------------------------------------------------------------------------------
+# written from mlir-aie's dialect: aie.buffer / aie.lock (AIEOps.td), aie.flow,
+# aie.shim_dma_allocation, aie.mem with aie.dma_start / aie.dma_bd / aie.next_bd,
+# aiex.set_lock and aiex.dma_configure_task with its repeat_count (AIEX.td)
+
+
+def slot(n: int) -> str:
+    return f"""
+CHECK:      %[[SLOT{n}:{V}]] = aie.buffer(%[[MEM]]) {{sym_name = "pool_slot{n}"}} : memref<256xi32>
+CHECK-NEXT: %[[PROD{n}:{V}]] = aie.lock(%[[MEM]]) {{init = 0 : i32, sym_name = "pool_prod{n}"}}
+CHECK-NEXT: %[[CONS{n}:{V}]] = aie.lock(%[[MEM]]) {{init = 0 : i32, sym_name = "pool_cons{n}"}}"""
+
+
+def slot_bd(take: str, give: str, n: int, value: str, last: bool) -> str:
+    end = (
+        "CHECK-NEXT: aie.end"
+        if last
+        else "CHECK-NEXT: aie.next_bd ^[[NEXT:[a-z0-9]+]]\nCHECK-NEXT: ^[[NEXT]]:"
+    )
+    return f"""
+CHECK-NEXT: aie.use_lock(%[[{take}{n}]], AcquireGreaterEqual, %[[{value}]])
+CHECK-NEXT: aie.dma_bd(%[[SLOT{n}]] : memref<256xi32> offset = 0 len = 256)
+CHECK-NEXT: aie.use_lock(%[[{give}{n}]], Release, %[[{value}]])
+{end}"""
+
+
+REPLAY = f"""
+CHECK-DAG:  %[[SHIM:{V}]] = aie.tile(0, 0)
+CHECK-DAG:  %[[MEM:{V}]] = aie.tile(0, 1)
+CHECK-DAG:  %[[CORE:{V}]] = aie.tile(0, 2)
+CHECK:      aie.objectfifo @out(%[[CORE]], {{%[[SHIM]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<256xi32>>
+{slot(0)}
+{slot(1)}
+CHECK-NEXT: aie.flow(%[[SHIM]], DMA : [[SHIM_CH:[0-9]]], %[[MEM]], DMA : [[MEM_IN:[0-9]]])
+CHECK-NEXT: aie.shim_dma_allocation @slots(%[[SHIM]], MM2S, [[SHIM_CH]])
+CHECK-NEXT: aie.flow(%[[MEM]], DMA : [[MEM_OUT:[0-9]]], %[[CORE]], DMA : [[CORE_IN:[0-9]]])
+CHECK-NEXT: %[[BUF0:{V}]] = aie.buffer(%[[CORE]]) {{sym_name = "in_adder_buff_0"}} : memref<256xi32>
+CHECK-NEXT: %[[BUF1:{V}]] = aie.buffer(%[[CORE]]) {{sym_name = "in_adder_buff_1"}} : memref<256xi32>
+CHECK-NEXT: %[[FREE:{V}]] = aie.lock(%[[CORE]]) {{init = 2 : i32, sym_name = "in_adder_prod"}}
+CHECK-NEXT: %[[FULL:{V}]] = aie.lock(%[[CORE]]) {{init = 0 : i32, sym_name = "in_adder_cons"}}
+CHECK-NEXT: %[[NEXT_OBJ:{V}]] = aie.buffer(%[[CORE]]) {{sym_name = "in_adder_next"}} : memref<1xi32>
+CHECK-NEXT: %{{{{{V}}}}} = aie.mem(%[[CORE]]) {{
+CHECK-NEXT: %[[ONE:{V}]] = arith.constant 1 : i32
+CHECK-NEXT: %{{{{{V}}}}} = aie.dma_start(S2MM, [[CORE_IN]], ^[[BD0:[a-z0-9]+]], ^[[END:[a-z0-9]+]])
+CHECK-NEXT: ^[[BD0]]:
+CHECK-NEXT: aie.use_lock(%[[FREE]], AcquireGreaterEqual, %[[ONE]])
+CHECK-NEXT: aie.dma_bd(%[[BUF0]] : memref<256xi32> offset = 0 len = 256)
+CHECK-NEXT: aie.use_lock(%[[FULL]], Release, %[[ONE]])
+CHECK-NEXT: aie.next_bd ^[[BD1:[a-z0-9]+]]
+CHECK-NEXT: ^[[BD1]]:
+CHECK-NEXT: aie.use_lock(%[[FREE]], AcquireGreaterEqual, %[[ONE]])
+CHECK-NEXT: aie.dma_bd(%[[BUF1]] : memref<256xi32> offset = 0 len = 256)
+CHECK-NEXT: aie.use_lock(%[[FULL]], Release, %[[ONE]])
+CHECK-NEXT: aie.next_bd ^[[BD0]]
+CHECK-NEXT: ^[[END]]:
+CHECK-NEXT: aie.end
+CHECK:      aie.core(%[[CORE]]) {{
+CHECK:      memref.store %{{{{{V}}}}}, %[[NEXT_OBJ]][%{{{{{V}}}}}] : memref<1xi32>
+CHECK-NEXT: scf.for
+CHECK-NEXT: aie.use_lock(%[[FULL]], AcquireGreaterEqual, %{{{{{V}}}}})
+CHECK:      %[[AT:{V}]] = memref.load %[[NEXT_OBJ]]
+CHECK:      %[[OBJ:{V}]] = scf.index_switch %{{{{{V}}}}} -> memref<256xi32>
+CHECK-NEXT: case 0 {{
+CHECK-NEXT: scf.yield %[[BUF0]] : memref<256xi32>
+CHECK:      case 1 {{
+CHECK-NEXT: scf.yield %[[BUF1]] : memref<256xi32>
+CHECK:      func.call @add_one_i32(%[[OBJ]], %{{{{{V}}}}}, %{{{{{V}}}}})
+CHECK-NEXT: aie.use_lock(%[[FREE]], Release, %{{{{{V}}}}})
+CHECK:      aie.runtime_sequence @sequence(%[[X:{V}]]: memref<512xi32>, %[[Y:{V}]]: memref<1536xi32>) {{
+CHECK-NEXT: aiex.npu.load_pdi {{device_ref = @main}}
+CHECK-NEXT: aiex.set_lock(%[[PROD0]], 3)
+CHECK-NEXT: aiex.set_lock(%[[PROD1]], 3)
+CHECK-NEXT: %[[FILL:{V}]] = aiex.dma_configure_task(%[[MEM]], S2MM, [[MEM_IN]]) {{
+CHECK-NEXT: %[[THREE:{V}]] = arith.constant 3 : i32
+{slot_bd("PROD", "CONS", 0, "THREE", False)}
+{slot_bd("PROD", "CONS", 1, "THREE", True)}
+CHECK-NEXT: {{{{^ *}}$}}}}
+CHECK-NEXT: aiex.dma_start_task(%[[FILL]])
+CHECK-NEXT: %[[DRAIN:{V}]] = aiex.dma_configure_task(%[[MEM]], MM2S, [[MEM_OUT]]) {{
+CHECK-NEXT: %[[UNIT:{V}]] = arith.constant 1 : i32
+{slot_bd("CONS", "PROD", 0, "UNIT", False)}
+{slot_bd("CONS", "PROD", 1, "UNIT", True)}
+CHECK-NEXT: }} {{repeat_count = 2 : i32}}
+CHECK-NEXT: aiex.dma_start_task(%[[DRAIN]])
+CHECK-NEXT: %[[READ:{V}]] = aiex.dma_configure_task_for @slots {{
+CHECK-NEXT: aie.dma_bd(%[[X]] : memref<512xi32> offset = 0 len = 512 sizes = [1, 1, 1, 512] strides = [0, 0, 0, 1])
+CHECK:      %[[WRITE:{V}]] = aiex.dma_configure_task_for @out {{
+CHECK:      aiex.dma_await_task(%[[WRITE]])
+CHECK-NEXT: aiex.dma_free_task(%[[FILL]])
+CHECK-NEXT: aiex.dma_free_task(%[[DRAIN]])
+CHECK-NEXT: aiex.dma_free_task(%[[READ]])
+CHECK-NEXT: aiex.dma_free_task(%[[WRITE]])
+"""
+
+
+def test_a_programmed_pool_emits_slots_locks_routes_and_runtime_tasks(npu2, tmp_path):
+    text = to_mlir(replay(npu2))
+    assert_matches(text, REPLAY, tmp_path)
+    # the pool's legs are no object fifos, nor is the pool a link the lowering would run
+    assert "aie.objectfifo @slots" not in text and "aie.objectfifo @in(" not in text
+    assert "aie.objectfifo.link" not in text
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"arm": [SetLock("pool", 0, 2), SetLock("pool", 1, 3)]},
+        {"fill": PoolTask("pool", True, [SlotBd(0, 3, 3), SlotBd(1, 3, 2)])},
+        {"fill": PoolTask("pool", True, [SlotBd(0, 2, 3), SlotBd(1, 3, 3)])},
+        {"drain": PoolTask("pool", False, [SlotBd(0), SlotBd(1)], repeat_count=4)},
+        {"fill": PoolTask("pool", True, [SlotBd(0, 3, 3), SlotBd(1, 3, 3)], repeat_count=2)},
+        {"drain": PoolTask("pool", False, [SlotBd(1), SlotBd(0)], repeat_count=3)},
+        {"slots": 3},
+    ],
+)
+def test_the_pool_checks_fail_on_another_lock_value_repeat_count_or_order(change, npu2, tmp_path):
+    assert_differs(to_mlir(replay(npu2, **change)), REPLAY, tmp_path)
+
+
+def test_a_pool_the_dialect_cannot_drive_is_refused_by_name(npu2):
+    design = replay(npu2)
+    elsewhere = attrs.evolve(design.fifos[1], consumers=(core("adder"), shim()))
+    with pytest.raises(
+        DesignError,
+        match=r"link pool: a programmed pool streams to cores, whole objects; not to runtime",
+    ):
+        to_mlir(attrs.evolve(design, fifos=(design.fifos[0], elsewhere, design.fifos[2])))
+    body = (Acquire("in", 2), *design.workers[0].body)  # takes two, gives one back per pass
+    with pytest.raises(
+        DesignError,
+        match=r"worker adder: a loop ends holding 1 of fifo in's objects where it began holding 0",
+    ):
+        to_mlir(attrs.evolve(design, workers=(attrs.evolve(design.workers[0], body=body),)))
+
+
+def test_two_pools_on_one_memtile_take_its_highest_channels_in_turn(npu2, tmp_path):
+    """The ObjectFifo lowering takes each tile's lowest free channels, so the
+    channels the runtime drives count down from the last."""
+    kernel = add_one_body(SLOT)[2].kernel
+    body = (
+        Acquire("a"),
+        Acquire("b"),
+        Acquire("out"),
+        Call(kernel, (Obj("a"), Obj("out"), SLOT)),
+        Release("a"),
+        Release("b"),
+        Release("out"),
+    )
+    design = Design(
+        "two_pools",
+        npu2,
+        tensors=(Tensor("x", SLOT, "i32", IN), Tensor("y", SLOT, "i32", OUT)),
+        fifos=(
+            ObjectFifo("a_slots", SLOT, "i32", shim(0), (memtile("pool_a", depth=1),)),
+            ObjectFifo("a", SLOT, "i32", memtile("pool_a"), (core("w"),)),
+            ObjectFifo("b_slots", SLOT, "i32", shim(0), (memtile("pool_b", depth=1),)),
+            ObjectFifo("b", SLOT, "i32", memtile("pool_b"), (core("w"),)),
+            ObjectFifo("out", SLOT, "i32", core("w"), (shim(),)),
+        ),
+        workers=(Worker("w", body, tile=Tile(0, 2)),),
+        links=(
+            forward("pool_a", "a_slots", "a", tile=Tile(0, 1), programmed=True),
+            forward("pool_b", "b_slots", "b", tile=Tile(0, 1), programmed=True),
+        ),
+        sequence=(Fill("a_slots", "x"), Drain("out", "y")),
+    )
+    checks = f"""
+CHECK-DAG: %[[SHIM:{V}]] = aie.tile(0, 0)
+CHECK-DAG: %[[MEM:{V}]] = aie.tile(0, 1)
+CHECK-DAG: %[[CORE:{V}]] = aie.tile(0, 2)
+CHECK:     aie.flow(%[[SHIM]], DMA : 1, %[[MEM]], DMA : 5)
+CHECK:     aie.shim_dma_allocation @a_slots(%[[SHIM]], MM2S, 1)
+CHECK:     aie.flow(%[[MEM]], DMA : 5, %[[CORE]], DMA : 1)
+CHECK:     aie.flow(%[[SHIM]], DMA : 0, %[[MEM]], DMA : 4)
+CHECK:     aie.shim_dma_allocation @b_slots(%[[SHIM]], MM2S, 0)
+CHECK:     aie.flow(%[[MEM]], DMA : 4, %[[CORE]], DMA : 0)
+"""
+    assert_matches(to_mlir(design), checks, tmp_path)

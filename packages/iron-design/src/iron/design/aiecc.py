@@ -27,7 +27,7 @@ from pathlib import Path
 import attrs
 
 from iron.design.mlir import DEVICE_SYMBOL, SEQUENCE_SYMBOL, kernel_objects, to_mlir
-from iron.design.model import Design, DesignError, Kernel
+from iron.design.model import Design, DesignError, Kernel, KernelSource
 
 #: the full ELF's kernel, as pyxrt.ext.kernel names it
 ELF_KERNEL = f"{DEVICE_SYMBOL}:{SEQUENCE_SYMBOL}"
@@ -141,44 +141,77 @@ def aiecc_command(
 
 
 def peano_commands(design: Design, workdir, *, peano, mlir_aie=None) -> list[list[str]]:
-    """One Peano compile per kernel object of `design` (see `kernel_objects`),
-    each writing ``workdir/<object>``, for the design's architecture."""
+    """The Peano commands that build each kernel object of `design` (see
+    `kernel_objects`) as ``workdir/<object>``, for the design's architecture.
+
+    A kernel of one source is one compile. One with extra sources compiles
+    each (every source with the kernel's include dirs, defines and flags)
+    into ``<object stem>.<n>.<source stem>.o``, then combines them with
+    Peano's ``ld.lld -r`` into the one object its ``link_with`` names.
+    mlir-aie's examples compile the same sources separately and archive
+    them (``kernels.a``); a relocatable link keeps one object per kernel."""
     target = f"--target={design.device.arch}-none-unknown-elf"
     includes = [f"-I{Path(mlir_aie) / 'include'}"] if mlir_aie else []
     built: dict[str, Kernel] = {}
     for kernel, name in kernel_objects(design).items():
         built.setdefault(name, kernel)
-    return [
-        [
+    commands = []
+    for name, kernel in built.items():
+        source = kernel.source
+        options = [
             str(Path(peano) / "bin" / "clang++"),
             *PEANO_FLAGS,
             target,
             *includes,
+            *(
+                f"-I{kernel_path(design, kernel, d, mlir_aie, directory=True)}"
+                for d in source.include_dirs
+            ),
+            *(f"-D{define}" for define in source.defines),
             *kernel.flags,
-            "-c",
-            str(kernel_source(design, kernel, mlir_aie)),
-            "-o",
-            str(Path(workdir) / name),
         ]
-        for name, kernel in built.items()
-    ]
+        output = Path(workdir) / name
+        if not source.extra_sources:
+            commands.append(
+                [*options, "-c", str(kernel_source(design, kernel, mlir_aie)), "-o", str(output)]
+            )
+            continue
+        parts = []
+        for index, part in enumerate(source.parts):
+            path = kernel_path(design, kernel, part, mlir_aie)
+            parts.append(Path(workdir) / f"{output.stem}.{index}.{path.stem}.o")
+            commands.append([*options, "-c", str(path), "-o", str(parts[-1])])
+        commands.append(
+            [str(Path(peano) / "bin" / "ld.lld"), "-r", *map(str, parts), "-o", str(output)]
+        )
+    return commands
 
 
 def kernel_source(design: Design, kernel: Kernel, mlir_aie=None) -> Path:
-    """The C++ file of `kernel` for the design's architecture: shipped in a
-    Python package, or under the mlir-aie install's ``include/aie_kernels``."""
-    source = kernel.source
+    """The main C++ file of `kernel` for the design's architecture: shipped
+    in a Python package, or in the mlir-aie install (``include/aie_kernels``
+    or ``aie_runtime_lib``)."""
+    return kernel_path(design, kernel, kernel.source, mlir_aie)
+
+
+def kernel_path(
+    design: Design, kernel: Kernel, source: KernelSource, mlir_aie=None, *, directory=False
+) -> Path:
+    """Where `source` (one of `kernel`'s files, or with `directory` one of
+    its include dirs) is, for the design's architecture."""
     file = source.path_for(design.device.arch)
     where = f"design {design.name}: kernel {kernel.symbol}"
+    exists = Path.is_dir if directory else Path.is_file
     if source.package is None:
+        tree = source.tree.rsplit("/", 1)[-1]
         if mlir_aie is None:
             raise ToolchainError(
-                f"{where}: its source {file} is in mlir-aie's aie_kernels, and no mlir-aie "
-                f"install was found. {HOW_TO_INSTALL}"
+                f"{where}: its {'include dir' if directory else 'source'} {file} is in "
+                f"mlir-aie's {tree}, and no mlir-aie install was found. {HOW_TO_INSTALL}"
             )
-        path = Path(mlir_aie) / "include" / "aie_kernels" / file
-        if not path.is_file():
-            raise ToolchainError(f"{where}: no {file} in this mlir-aie install ({path})")
+        path = Path(mlir_aie) / source.tree / file
+        if not exists(path):
+            raise ToolchainError(f"{where}: no {file} in this mlir-aie install's {tree} ({path})")
         return path
     try:
         path = Path(str(importlib.resources.files(source.package) / file))
@@ -186,7 +219,7 @@ def kernel_source(design: Design, kernel: Kernel, mlir_aie=None) -> Path:
         raise DesignError(
             f"{where}: its source package {source.package} is not installed"
         ) from None
-    if not path.is_file():
+    if not exists(path):
         raise DesignError(f"{where}: package {source.package} ships no {file}")
     return path
 

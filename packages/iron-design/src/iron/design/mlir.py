@@ -37,6 +37,9 @@ Choices, each as current mlir-aie makes it:
   which the ObjectFifo lowering honours as given; from a single number it
   would size each core's pool to that core's largest acquire + 1, so the
   hardware would hold other than the design (and the checker) says.
+- A programmed memtile pool is no ``aie.objectfifo.link``: its slots,
+  locks, routes, consumer ends and runtime tasks are spelled out
+  (`iron.design.mlir_pools` says how and why).
 - Kernels are private ``func.func`` declarations with ``link_with`` naming
   their object; kernels built from one source with one set of flags share
   one object (`kernel_objects`).
@@ -72,8 +75,10 @@ from iron.design.model import (
     Obj,
     ObjectFifo,
     Param,
+    PoolTask,
     Release,
     SetBarrier,
+    SetLock,
     Tile,
     WaitBarrier,
     Worker,
@@ -94,16 +99,20 @@ _DEVICES = ("npu1", "npu2")
 def to_mlir(design: Design) -> str:
     """The placed design as MLIR text for aiecc. The same design always
     gives the same text."""
+    from iron.design.mlir_pools import Pools  # it builds on this module's helpers
+
     design = place(design)
-    _check_names(design)
+    pools = Pools(design)
+    _check_names(design, pools.symbols())
     tiles = _tiles(design)
     barrier_locks = _barrier_locks(design)
     lines = ["module {"]
     lines += [f"  aiex.scratchpad_parameter @{p} : i32" for p in design.params]
     lines.append(f"  aie.device({_device(design)}) @{DEVICE_SYMBOL} {{")
     body = [f"{_tile_value(t)} = aie.tile({t.col}, {t.row})" for t in tiles]
-    body += [_objectfifo(design, fifo) for fifo in design.fifos]
-    body += [_link(design, link) for link in design.links]
+    body += [_objectfifo(design, fifo) for fifo in design.fifos if not pools.skips(fifo.name)]
+    body += [_link(design, link) for link in design.links if not link.programmed]
+    body += pools.device_lines()
     body += _declarations(design)
     for worker in design.workers:
         body += [
@@ -117,8 +126,8 @@ def to_mlir(design: Design) -> str:
         for (_, tile), value in barrier_locks.items()
     ]
     for worker in design.workers:
-        body += _Core(design, worker, barrier_locks).lines()
-    body += _sequence(design, barrier_locks)
+        body += _Core(design, worker, barrier_locks, pools).lines()
+    body += _sequence(design, barrier_locks, pools)
     lines += ["    " + line for line in body]
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
@@ -135,8 +144,9 @@ def kernel_objects(design: Design) -> dict[Kernel, str]:
 # ---- names --------------------------------------------------------------------
 
 
-def _check_names(design: Design) -> None:
+def _check_names(design: Design, pool_symbols=()) -> None:
     named = [("fifo", f.name) for f in design.fifos]
+    named += [("programmed link", k.name) for k in design.links if k.programmed]
     named += [("kernel", k.symbol) for k in design.kernels]
     named += [("parameter", p) for p in design.params]
     named += [("barrier", b) for b in design.barriers]
@@ -155,6 +165,11 @@ def _check_names(design: Design) -> None:
         (f"worker {w.name} buffer {b.name}", f"{w.name}_{b.name}")
         for w in design.workers
         for b in w.buffers
+    ]
+    device += [
+        owner_symbol
+        for owner_symbol in pool_symbols
+        if owner_symbol[1] not in {f.name for f in design.fifos}
     ]
     device.append(("the runtime sequence", SEQUENCE_SYMBOL))
     module = [(f"parameter {p}", p) for p in design.params] + [("the device", DEVICE_SYMBOL)]
@@ -206,6 +221,27 @@ def _tile_value(tile: Tile) -> str:
 def _buffer_value(worker: Worker, buffer: LocalBuffer) -> str:
     # dots cannot occur in design names, so these never meet another value's name
     return f"%buf.{worker.name}.{buffer.name}"
+
+
+def slot_value(link: Link, slot: int) -> str:
+    # the SSA names of a programmed pool (iron.design.mlir_pools)
+    return f"%{link.name}.slot{slot}"
+
+
+def lock_value(link: Link, kind: str, slot: int) -> str:
+    return f"%{link.name}.{kind}{slot}"
+
+
+def end_buffer(fifo: str, worker: str, index: int) -> str:
+    return f"%{fifo}.{worker}.buff{index}"
+
+
+def end_lock(fifo: str, worker: str, kind: str) -> str:
+    return f"%{fifo}.{worker}.{kind}"
+
+
+def end_next(fifo: str, worker: str) -> str:
+    return f"%{fifo}.{worker}.next"
 
 
 def _list(items) -> str:
@@ -285,11 +321,6 @@ def _objectfifo(design: Design, fifo: ObjectFifo) -> str:
 
 
 def _link(design: Design, link: Link) -> str:
-    if link.programmed:
-        raise DesignError(
-            f"design {design.name}: link {link.name}: programmed pools (runtime-pushed memtile "
-            "tasks) are not emitted yet"
-        )
     fifos = f"{_list(f'@{f}' for f in link.sources)} -> {_list(f'@{f}' for f in link.destinations)}"
     if link.kind == "forward":
         return f"aie.objectfifo.link {fifos}([] [])"
@@ -358,8 +389,15 @@ class _Core:
     """One worker's ``aie.core``: its body in a loop, constants hoisted to the
     top (so nested loops never define a name twice)."""
 
-    def __init__(self, design: Design, worker: Worker, barrier_locks) -> None:
+    def __init__(self, design: Design, worker: Worker, barrier_locks, pools=None) -> None:
         self.design, self.worker, self.barrier_locks = design, worker, barrier_locks
+        # fifos a programmed pool feeds this worker: emitted as the lowering
+        # would (`iron.design.mlir_pools`), their held objects counted here
+        self.pool_fed = {
+            fifo: 0
+            for fifo in (pools.destinations if pools else ())
+            if design.fifo(fifo).consumer("core", worker.name) is not None
+        }
         self.where = f"design {design.name}: worker {worker.name}"
         self.constants: dict[str, str] = {}  # name -> definition
         self.values = 0
@@ -367,7 +405,12 @@ class _Core:
     def lines(self) -> list[str]:
         worker, tile = self.worker, self.worker.tile
         bound = FOREVER if worker.forever else 1
-        body = self._loop(Loop(bound, worker.body), {}, depth=0)
+        body = [
+            f"memref.store {self._constant(0, 'i32')}, {end_next(fifo, worker.name)}"
+            f"[{self._index(0)}] : memref<1xi32>"
+            for fifo in self.pool_fed
+        ]
+        body += self._loop(Loop(bound, worker.body), {}, depth=0)
         stack = worker.stack_size
         if stack is None:
             stack = self.design.device.core_stack_bytes
@@ -408,8 +451,17 @@ class _Core:
         # iteration only if the body neither acquires nor releases its fifo
         changed = {op.fifo for op in walk(loop.body) if isinstance(op, (Acquire, Release))}
         inner = {fifo: view for fifo, view in held.items() if fifo not in changed}
+        counted = dict(self.pool_fed)
         for op in loop.body:
             lines += ["  " + line for line in self._op(op, inner, depth + 1)]
+        unbalanced = [f for f in self.pool_fed if self.pool_fed[f] != counted[f]]
+        if unbalanced:
+            raise DesignError(
+                f"{self.where}: a loop ends holding {self.pool_fed[unbalanced[0]]} of fifo "
+                f"{unbalanced[0]}'s objects where it began holding {counted[unbalanced[0]]}; "
+                "a fifo a programmed pool feeds is counted where the code is emitted, so each "
+                "loop must give back what it takes"
+            )
         # nor is the body's own subview in scope after it
         for fifo in changed:
             held.pop(fifo, None)
@@ -418,6 +470,8 @@ class _Core:
     def _op(self, op, held: dict, depth: int) -> list[str]:
         """`held` maps a fifo to (its latest subview, objects released since):
         the i-th held object is that subview's element i + released."""
+        if isinstance(op, (Acquire, Release)) and op.fifo in self.pool_fed:
+            return self._pool_lock(op)
         if isinstance(op, Acquire):
             value, subview = self._value(), self._subview(op.fifo)
             held[op.fifo] = (value, 0)
@@ -438,6 +492,61 @@ class _Core:
         if isinstance(op, Loop):
             return self._loop(op, held, depth)
         raise DesignError(f"{self.where}: cannot emit {op!r}")
+
+    def _pool_lock(self, op) -> list[str]:
+        """An acquire takes only the objects not yet held (cumulative, as
+        the ObjectFifo lowering counts); a release hands the oldest back
+        and moves the ring's next object on."""
+        fifo, name = self.design.fifo(op.fifo), self.worker.name
+        held = self.pool_fed[op.fifo]
+        if isinstance(op, Acquire):
+            self.pool_fed[op.fifo] = max(held, op.n)
+            if op.n <= held:
+                return []
+            value = self._constant(op.n - held, "i32")
+            return [
+                f"aie.use_lock({end_lock(op.fifo, name, 'cons')}, AcquireGreaterEqual, {value})"
+            ]
+        if op.n > held:
+            raise DesignError(
+                f"{self.where}: releases {op.n} objects of fifo {op.fifo} holding {held}"
+            )
+        self.pool_fed[op.fifo] = held - op.n
+        depth = fifo.depth_at(fifo.consumer("core", name))
+        now, moved, wrapped = (self._value() for _ in range(3))
+        zero = self._index(0)
+        return [
+            f"aie.use_lock({end_lock(op.fifo, name, 'prod')}, Release, {self._constant(op.n, 'i32')})",
+            f"{now} = memref.load {end_next(op.fifo, name)}[{zero}] : memref<1xi32>",
+            f"{moved} = arith.addi {now}, {self._constant(op.n, 'i32')} : i32",
+            f"{wrapped} = arith.remui {moved}, {self._constant(depth, 'i32')} : i32",
+            f"memref.store {wrapped}, {end_next(op.fifo, name)}[{zero}] : memref<1xi32>",
+        ]
+
+    def _pool_object(self, arg: Obj, lines: list, what: str):
+        """The held object `arg` of a pool-fed fifo: the ring buffer at
+        (next + index) mod depth, chosen with ``scf.index_switch``."""
+        fifo, name = self.design.fifo(arg.fifo), self.worker.name
+        if arg.index >= self.pool_fed[arg.fifo]:
+            raise DesignError(
+                f"{what}: uses object {arg.index} of fifo {arg.fifo}, holding "
+                f"{self.pool_fed[arg.fifo]} there"
+            )
+        depth = fifo.depth_at(fifo.consumer("core", name))
+        memref = _memref(self.design, fifo.shape, fifo.dtype, f"fifo {fifo.name}")
+        now, moved, wrapped, index, chosen = (self._value() for _ in range(5))
+        lines += [
+            f"{now} = memref.load {end_next(arg.fifo, name)}[{self._index(0)}] : memref<1xi32>",
+            f"{moved} = arith.addi {now}, {self._constant(arg.index, 'i32')} : i32",
+            f"{wrapped} = arith.remui {moved}, {self._constant(depth, 'i32')} : i32",
+            f"{index} = arith.index_cast {wrapped} : i32 to index",
+            f"{chosen} = scf.index_switch {index} -> {memref}",
+        ]
+        for case in [*range(depth), "default"]:
+            buffer = end_buffer(arg.fifo, name, 0 if case == "default" else case)
+            head = "default" if case == "default" else f"case {case}"
+            lines += [f"{head} {{", f"  scf.yield {buffer} : {memref}", "}"]
+        return chosen, fifo.shape, fifo.dtype
 
     def _port(self, fifo: str) -> str:
         role = self.design.fifo(fifo).role_of("core", self.worker.name)
@@ -480,6 +589,8 @@ class _Core:
         if isinstance(arg, Buf):
             buffer = next(b for b in self.worker.buffers if b.name == arg.name)
             return _buffer_value(self.worker, buffer), buffer.shape, buffer.dtype
+        if isinstance(arg, Obj) and arg.fifo in self.pool_fed:
+            return self._pool_object(arg, lines, what)
         if not isinstance(arg, Obj):
             raise DesignError(f"{what}: the kernel takes a buffer ({param}), got {arg!r}")
         if arg.fifo not in held:
@@ -516,7 +627,7 @@ class _Core:
 # ---- the runtime sequence -------------------------------------------------------------
 
 
-def _sequence(design: Design, barrier_locks) -> list[str]:
+def _sequence(design: Design, barrier_locks, pools=None) -> list[str]:
     arguments = {t.name: f"%arg{i}" for i, t in enumerate(design.tensors)}
     signature = ", ".join(
         f"{arguments[t.name]}: {_memref(design, t.shape, t.dtype, f'tensor {t.name}')}"
@@ -546,6 +657,11 @@ def _sequence(design: Design, barrier_locks) -> list[str]:
                 for (barrier, _), lock in barrier_locks.items()
                 if barrier == statement.barrier
             ]
+        elif isinstance(statement, (PoolTask, SetLock)):
+            task = f"%task{index}"
+            body += pools.statement(statement, task)
+            if isinstance(statement, PoolTask):
+                groups.setdefault(statement.group, []).append((task, False))
     for group in list(groups):
         body += finish(group)
     return [

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
 from collections.abc import Callable
 
 import attrs
@@ -224,27 +225,78 @@ class Scalar:
 KernelArg = Memref | Scalar
 
 
+#: where mlir-aie's sources live in its install: the kernel tree, and the
+#: runtime library (``aie_runtime_lib/AIE2/lut_based_ops.cpp`` and its header)
+AIE_KERNELS = "include/aie_kernels"
+AIE_RUNTIME_LIB = "aie_runtime_lib"
+_DEFINE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(=.*)?\Z")
+
+
 @attrs.frozen
 class KernelSource:
-    """Where a kernel's C++ lives: a file of mlir-aie's `aie_kernels` tree
-    (`package` None; "{arch}" in `file` becomes aie2 or aie2p), or a file
-    shipped inside the Python package `package`."""
+    """Where a kernel's C++ lives: a file of mlir-aie's install (`package`
+    None; under `tree`, the kernel tree unless `aie_runtime_lib`), or a file
+    shipped inside the Python package `package`. "{arch}" in a path becomes
+    aie2 or aie2p, "{ARCH}" AIE2 or AIE2P (the runtime library's spelling).
+
+    What the kernel's one object needs beyond that file: `extra_sources`
+    compiled beside it and combined into the same object (mlir-aie's aie2
+    activations need the tables of ``lut_based_ops.cpp``), `include_dirs`
+    (directories, found as sources are) and `defines` (``NAME`` or
+    ``NAME=VALUE``), both applied to every source of the object."""
 
     file: str
     package: str | None = None
+    extra_sources: tuple[KernelSource, ...] = attrs.field(default=(), converter=tuple)
+    include_dirs: tuple[KernelSource, ...] = attrs.field(default=(), converter=tuple)
+    defines: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    tree: str = AIE_KERNELS
+
+    def __attrs_post_init__(self) -> None:
+        where = f"kernel source {self.file}"
+        for part in (*self.extra_sources, *self.include_dirs):
+            if not isinstance(part, KernelSource):
+                raise DesignError(
+                    f"{where}: extra sources and include dirs are KernelSource values "
+                    f"(aie_kernels, aie_runtime_lib or shipped), got {part!r}"
+                )
+            if part.extra_sources or part.include_dirs or part.defines:
+                raise DesignError(
+                    f"{where}: {part.file} is one file or directory of the same object; give "
+                    "its extra sources, include dirs and defines to the main source"
+                )
+        bad = [d for d in self.defines if not isinstance(d, str) or not _DEFINE.match(d)]
+        if bad:
+            raise DesignError(
+                f"{where}: a define is NAME or NAME=VALUE (no -D), NAME an identifier; "
+                f"got {bad[0]!r}"
+            )
 
     def path_for(self, arch: str) -> str:
-        return self.file.replace("{arch}", arch)
+        return self.file.replace("{arch}", arch).replace("{ARCH}", arch.upper())
+
+    @property
+    def parts(self) -> tuple[KernelSource, ...]:
+        """Every source compiled into the object, the main one first."""
+        return (self, *self.extra_sources)
 
 
-def aie_kernels(file: str) -> KernelSource:
+def aie_kernels(file: str, *, extra_sources=(), include_dirs=(), defines=()) -> KernelSource:
     """A source of mlir-aie's kernel tree, e.g. ``aie_kernels("{arch}/add.cc")``."""
-    return KernelSource(file)
+    return KernelSource(file, None, extra_sources, include_dirs, defines)
 
 
-def shipped(package: str, file: str) -> KernelSource:
+def aie_runtime_lib(file: str) -> KernelSource:
+    """A file or directory of mlir-aie's runtime library, e.g.
+    ``aie_runtime_lib("{ARCH}/lut_based_ops.cpp")``."""
+    return KernelSource(file, tree=AIE_RUNTIME_LIB)
+
+
+def shipped(
+    package: str, file: str, *, extra_sources=(), include_dirs=(), defines=()
+) -> KernelSource:
     """A source shipped in a Python package, e.g. ``shipped("iron.design", "kernels/add_one.cc")``."""
-    return KernelSource(file, package)
+    return KernelSource(file, package, extra_sources, include_dirs, defines)
 
 
 def model_name(model: Callable) -> str:

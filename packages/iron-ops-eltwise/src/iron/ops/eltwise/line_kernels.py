@@ -35,7 +35,7 @@ import functools
 import numpy as np
 
 from iron.core import bf16
-from iron.design import Kernel, Memref, Scalar, aie_kernels, shipped
+from iron.design import Kernel, Memref, Scalar, aie_kernels, aie_runtime_lib, shipped
 
 #: the one line length mlir-aie's add, mul and relu kernels accept (the
 #: loop bound is compiled in: add.cc, mul.cc, relu.cc; `aie.iron.kernels.eltwise`)
@@ -253,15 +253,26 @@ ACTIVATIONS = {
 }
 
 
+#: aie2's activations read tanh through `getTanhBf16` (``lut_based_ops.h``),
+#: whose tables ``lut_based_ops.cpp`` defines: the object needs both, as
+#: mlir-aie's own activation examples build it
+AIE2_TANH_TABLES = {
+    "extra_sources": (aie_runtime_lib("{ARCH}/lut_based_ops.cpp"),),
+    "include_dirs": (aie_runtime_lib("{ARCH}"),),
+}
+
+
 def activation_kernel(name: str, tile: int, arch: str) -> Kernel:
     """mlir-aie's runtime-sized activation: (in, out, count). The model
     depends on the architecture (the aie2 table, the aie2p native tanh), so
-    it is bound to `arch`; the source names the same file in either tree."""
+    it is bound to `arch`; the source names the same file in either tree,
+    with the tanh tables beside it on aie2."""
     symbol, file, model = ACTIVATIONS[name]
     line = _line(tile)
+    tables = AIE2_TANH_TABLES if arch == "aie2" else {}
     return Kernel(
         symbol,
         (line, line, Scalar("i32")),
-        aie_kernels(f"{{arch}}/{file}"),
+        aie_kernels(f"{{arch}}/{file}", **tables),
         functools.partial(model, arch=arch),
     )
