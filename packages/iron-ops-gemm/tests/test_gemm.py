@@ -230,9 +230,12 @@ REFUSALS = [
     ({"M": 256, "K": 131072, "N": 64, "dtype_in": "int8", "dtype_out": "int32"}, None,
      f"GEMM: K=131072: at most {INT8_MAX_K} for int8: .* int32 accumulator"),
     ({"M": 256, "K": 64, "N": 64, "tile_m": 12}, None,
-     "GEMM: tile_m=12: a multiple of 8 .*4x8x8 MACs on any device"),
+     "GEMM: tile_m=12: a multiple of 8 .*4x8x4 MACs on any device"),
     ({"M": 256, "K": 64, "N": 64, "tile_k": 12}, None, "GEMM: tile_k=12: a multiple of 8"),
-    ({"M": 256, "K": 64, "N": 64, "tile_n": 24}, None, "GEMM: tile_n=24: a multiple of 16"),
+    ({"M": 256, "K": 64, "N": 64, "tile_n": 12}, None, "GEMM: tile_n=12: a multiple of 8"),
+    ({"M": 256, "K": 64, "N": 96, "tile_n": 24}, NPU2, "GEMM: tile_n=24: a multiple of 16"),
+    ({"M": 256, "K": 64, "N": 96, "tile_n": 24, "dtype_in": "int8", "dtype_out": "int32"}, None,
+     "GEMM: tile_n=24: a multiple of 16 .*4x8x8 MACs on any device"),
     ({"M": 96, "K": 64, "N": 64, "tile_m": 8}, NPU2,
      "GEMM: tile_m=8: a multiple of 16 .*8x8x8 MACs on npu2"),
     ({"M": 320, "K": 64, "N": 64}, None, "GEMM: M=320: a multiple of tile_m x 4 = 256"),
@@ -258,7 +261,10 @@ def test_refusals_name_the_operator_parameter_and_rule(params, device, message):
             op.resolve(device)
 
 
-def test_8_row_tiles_npu2_refuses_for_bf16_build_on_npu1_and_for_int8():
+def test_8_row_tiles_build_on_npu1_and_npu2_refuses_them_for_bf16_and_int8():
+    # mm.cc's mmul blocks: aie2 4x8x4 (bf16) and 4x8x8 (int8); aie2p 8x8x8 for both
     assert GEMM(96, 64, 64, tile_m=8).resolve(NPU1).tile_m == 8
     int8 = GEMM(96, 64, 64, tile_m=8, dtype_in="int8", dtype_out="int32")
-    assert int8.resolve(NPU2).tile_m == 8  # int8 is not emulated: 4x8x8 MACs
+    assert int8.resolve(NPU1).tile_m == 8
+    with pytest.raises(OperatorError, match=r"tile_m=8: a multiple of 16 .*8x8x8 MACs on npu2"):
+        int8.resolve(NPU2)

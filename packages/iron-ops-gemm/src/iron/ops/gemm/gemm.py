@@ -21,6 +21,29 @@ from iron.core import (
     tunable,
 )
 from iron.core.numerics import mean_abs, product_tolerance, round_to_bf16
+from iron.design import (
+    TAP,
+    Acquire,
+    Buf,
+    Call,
+    Design,
+    Drain,
+    Fill,
+    LocalBuffer,
+    Loop,
+    Obj,
+    ObjectFifo,
+    Release,
+    Tensor,
+    Worker,
+    core,
+    forward,
+    join,
+    memtile,
+    shim,
+    split,
+)
+from iron.design.model import element_type
 from iron.ops.gemm.common import (
     EMULATED,
     PRECISE,
@@ -28,6 +51,15 @@ from iron.ops.gemm.common import (
     check_core_memory,
     most_columns,
     row_blocks,
+)
+from iron.ops.gemm.core_kernels import ACCUMULATOR, cast_kernel, matmul_kernel, zero_kernel
+from iron.ops.gemm.tiling import (
+    blocked,
+    mmul_shape,
+    rounds,
+    stride_fits,
+    unblocked_cols,
+    unblocked_rows,
 )
 
 #: cores per column: each takes whole tile_m-row tiles of A and C
@@ -51,10 +83,23 @@ def emulated(device: Device | None, dtype_in) -> bool:
 
 
 def mac_shape(device: Device | None, dtype_in) -> tuple[int, int, int]:
-    """(r, s, t): the aie::mmul block the matmul kernel is built from: 8x8x8
-    for bf16 emulated through bfp16, 4x8x8 otherwise (also what holds
-    before a device is known)."""
-    return (8, 8, 8) if emulated(device, dtype_in) else (4, 8, 8)
+    """(r, s, t): the aie::mmul block mlir-aie's mm.cc builds the matmul
+    from (see `tiling.mmul_shape`)."""
+    return mmul_shape(device, dtype_in)
+
+
+def core_buffers(tile_m, tile_k, tile_n, dtype_in, dtype_out) -> dict[str, int]:
+    """Bytes one GEMM core holds: A and B tiles double buffered; C
+    accumulated over K in the accumulator's type (float32 for bf16 in,
+    int32 for int8), which is C itself, double buffered, when C has that
+    type, else a core buffer plus one C tile it is narrowed into; the stack."""
+    size_in, out = as_dtype(dtype_in).itemsize, as_dtype(dtype_out)
+    tiles = {"A": 2 * tile_m * tile_k * size_in, "B": 2 * tile_k * tile_n * size_in}
+    if out.itemsize == 4:
+        tiles["C"] = 2 * tile_m * tile_n * 4
+    else:
+        tiles |= {"accumulator": tile_m * tile_n * 4, "C": tile_m * tile_n * out.itemsize}
+    return tiles | {"stack": STACK_BYTES}
 
 
 def bfp16_emulated(x: np.ndarray, axis: int) -> np.ndarray:
@@ -147,9 +192,7 @@ class GEMM(Operator):
                 "column takes the same number of tile_n-wide blocks)",
             )
         tm, tk, tn = self.tile_m, self.tile_k, self.tile_n
-        size_in, size_out = self.dtype_in.itemsize, self.dtype_out.itemsize
-        buffers = {"A": 2 * tm * tk * size_in, "B": 2 * tk * tn * size_in,
-                   "C": 2 * tm * tn * size_out, "stack": STACK_BYTES}  # fmt: skip
+        buffers = core_buffers(tm, tk, tn, self.dtype_in, self.dtype_out)
         check_core_memory(self, f"tile_m x tile_k x tile_n = {tm}x{tk}x{tn}", buffers)
 
     def _check_dtypes(self):
@@ -198,6 +241,15 @@ class GEMM(Operator):
         require(self, "N", self.N % self.tile_n == 0,
                 f"a multiple of tile_n={self.tile_n} (whole column blocks)")  # fmt: skip
 
+    @staticmethod
+    def design(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tile_m, tile_k, tile_n,
+               num_aie_columns, device) -> Design:  # fmt: skip
+        """The whole-array design: see `whole_array`."""
+        return whole_array(
+            M, K, N, b_col_maj, c_col_maj, element_type(dtype_in).name, element_type(dtype_out).name,
+            (tile_m, tile_k, tile_n), num_aie_columns, device,
+        )  # fmt: skip
+
     def tune(self, device):
         def fits(columns):
             split = columns >= CORE_ROWS or CORE_ROWS % columns == 0
@@ -232,3 +284,133 @@ class GEMM(Operator):
         budget = EMULATED if device is None or emulated(device, self.dtype_in) else PRECISE
         a, b = inputs if inputs is not None else (None, None)
         return product_tolerance(budget, self.K, mean_abs(a), mean_abs(b))
+
+
+def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, columns, device):
+    """C = A B on `columns` x 4 cores. Core (i, c) computes one tile_m x
+    tile_n tile of C at a time: rows i of a 4 tile_m-row block of A, columns
+    c of a group of `columns` tile_n-wide blocks of B; it accumulates over K
+    in core memory (in the accumulator's type; narrowed to C once at the
+    end) while A and B arrive in tile_k slices.
+
+    - A: one 4 tile_m x tile_k object per (row block, column group, K
+      slice) from the shim of column 0 into its memtile, split into the four
+      rows' tile_m x tile_k tiles, each broadcast to its row's cores in every
+      column, read as r x s blocks;
+    - B: per column, tile_k x tile_n objects (tile_n x tile_k from a
+      column-major B, which the kernel reads transposed) through its memtile
+      to its 4 cores, read as s x t blocks;
+    - C: per column, the 4 cores' tiles joined in its memtile, read back out
+      as row-major rows, or (c_col_maj) as columns the drain writes into C's
+      rows (the kernel stores column-major blocks).
+
+    The runtime moves one row block of A per round: A once per column
+    group, each column's B for every group, each column's C tiles."""
+    tm, tk, tn = tiles
+    r, s, t = mmul_shape(device, dtype_in)
+    acc = ACCUMULATOR[dtype_in]
+    direct = dtype_out == acc
+    arch = device.arch
+    row_blocks, groups, k_steps = M // (CORE_ROWS * tm), N // (tn * columns), K // tk
+    block_rows = CORE_ROWS * tm
+    lanes = range(CORE_ROWS)
+    cols = range(columns)
+
+    def worker(i, c):
+        return f"core_{i}_{c}"
+
+    matmul = matmul_kernel(arch, dtype_in, tm, tk, tn, (r, s, t), b_col_maj, c_col_maj)
+    workers = []
+    for c in cols:
+        for i in lanes:
+            a, b, out = f"A{i}", f"B{c}_cores", f"C{i}_{c}"
+            target = Obj(out) if direct else Buf("acc")
+            acquire, release = (Acquire(a), Acquire(b)), (Release(a), Release(b))
+            product = Call(matmul, (Obj(a), Obj(b), target))
+            zero = Call(zero_kernel(arch, acc, tm * tn, tm, tn), (target,))
+            # the first K step is peeled so that a core waiting for its next tile
+            # waits at the top of its body, holding nothing
+            rest = Loop(k_steps - 1, (*acquire, product, *release))
+            if direct:
+                first = (*acquire, Acquire(out), zero, product, *release)
+                body, buffers = (*first, rest, Release(out)), ()
+            else:
+                cast = Call(cast_kernel(arch, acc, tm * tn), (Buf("acc"), Obj(out), tm * tn))
+                first = (*acquire, zero, product, *release)
+                body = (*first, rest, Acquire(out), cast, Release(out))
+                buffers = (LocalBuffer("acc", tm * tn, acc),)
+            workers.append(Worker(worker(i, c), body, stack_size=STACK_BYTES, buffers=buffers))
+
+    b_object = blocked(tn, tk, t, s) if b_col_maj else blocked(tk, tn, s, t)
+    # a join's memtile sends one core's tile per BD: each is read out on its own
+    c_object = unblocked_cols(tm, tn, r, t) if c_col_maj else unblocked_rows(tm, tn, r, t)
+    fifos = [ObjectFifo("A", block_rows * tk, dtype_in, shim(0), (memtile("a_split"),))]
+    fifos += [
+        ObjectFifo(f"A{i}", tm * tk, dtype_in, memtile("a_split"),
+                   tuple(core(worker(i, c)) for c in cols), dims_to_stream=blocked(tm, tk, r, s))
+        for i in lanes
+    ]  # fmt: skip
+    links = [split("a_split", "A", [f"A{i}" for i in lanes], [i * tm * tk for i in lanes])]
+    for c in cols:
+        fifos += [
+            ObjectFifo(f"B{c}", tk * tn, dtype_in, shim(c), (memtile(f"b_forward{c}"),)),
+            ObjectFifo(f"B{c}_cores", tk * tn, dtype_in, memtile(f"b_forward{c}"),
+                       tuple(core(worker(i, c)) for i in lanes), dims_to_stream=b_object),
+            ObjectFifo(f"C{c}", block_rows * tn, dtype_out, memtile(f"c_join{c}"), (shim(c),),
+                       dims_to_stream=c_object),
+        ]  # fmt: skip
+        fifos += [
+            ObjectFifo(f"C{i}_{c}", tm * tn, dtype_out, core(worker(i, c)),
+                       (memtile(f"c_join{c}"),), depth=2 if direct else 1)
+            for i in lanes
+        ]  # fmt: skip
+        links += [
+            forward(f"b_forward{c}", f"B{c}", f"B{c}_cores"),
+            join(f"c_join{c}", [f"C{i}_{c}" for i in lanes], f"C{c}", [i * tm * tn for i in lanes]),
+        ]
+
+    def b_tasks(c):
+        if b_col_maj:  # B is (N, K): a block of tile_n rows, tile_k of each
+            start, sizes, strides = c * tn * K, (k_steps, tn, tk), (tk, K, 1)
+            group_stride = tn * columns * K
+        else:
+            start, sizes, strides = c * tn, (k_steps, tk, tn), (tk * N, N, 1)
+            group_stride = tn * columns
+        if stride_fits(device, group_stride, dtype_in):
+            return [Fill(f"B{c}", "B", TAP(start, (groups, *sizes), (group_stride, *strides)))]
+        return [
+            Fill(f"B{c}", "B", TAP(start + g * group_stride, sizes, strides)) for g in range(groups)
+        ]
+
+    def c_drain(c, block):
+        if c_col_maj:  # C is (N, M): each tile column lands in one row of C
+            start = c * tn * M + block * block_rows
+            tap = TAP(start, (groups, CORE_ROWS, tn, tm), (tn * columns * M, tm, M, 1))
+        else:
+            start = block * block_rows * N + c * tn
+            tap = TAP(start, (groups, block_rows, tn), (tn * columns, N, 1))
+        return Drain(f"C{c}", "C", tap)
+
+    b_fills = [b_tasks(c) for c in cols]
+    work = []
+    for block in range(row_blocks):
+        a_tap = TAP(block * block_rows * K, (groups, k_steps, block_rows, tk), (0, tk, K, 1))
+        tasks = [Fill("A", "A", a_tap)]
+        for c in cols:
+            tasks += b_fills[c] + [c_drain(c, block)]
+        work.append(tasks)
+    shim_column = {"A": 0} | {f"B{c}": c for c in cols} | {f"C{c}": c for c in cols}
+    a_shape, b_shape = (M, K), ((N, K) if b_col_maj else (K, N))
+    return Design(
+        f"gemm_{M}x{K}x{N}",
+        device,
+        (
+            Tensor("A", a_shape, dtype_in, IN),
+            Tensor("B", b_shape, dtype_in, IN),
+            Tensor("C", (N, M) if c_col_maj else (M, N), dtype_out, OUT),
+        ),
+        fifos=tuple(fifos),
+        workers=tuple(workers),
+        links=tuple(links),
+        sequence=rounds(device, work, shim_column.__getitem__),
+    )
