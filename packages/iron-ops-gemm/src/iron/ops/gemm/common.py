@@ -192,3 +192,16 @@ def resolved_parts(op: Operator, parts: Callable[[], dict[str, Operator]]) -> di
                 f"{name}({shown}): its {role} part is refused on {op.device.name}: {error}"
             ) from error
     return resolved
+
+
+def part_designs(op: Operator) -> dict:
+    """A composite's designs: each part's (resolved on the composite's
+    device) that has one, by role. The composite has none of its own: its
+    graph expansion records the parts, and each is compiled from its own."""
+    from iron.design import design_of, has_design
+
+    if op.device is None:
+        raise OperatorError(
+            f"{type(op).__name__}: resolve the composite for a device before asking its designs"
+        )
+    return {role: design_of(part) for role, part in op.parts().items() if has_design(type(part))}

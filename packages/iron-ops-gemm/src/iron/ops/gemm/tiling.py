@@ -11,7 +11,7 @@ from collections import Counter
 import attrs
 
 from iron.core import Device, as_dtype, bf16
-from iron.design import Finish
+from iron.design import TAP, Finish
 from iron.design.model import element_type
 
 
@@ -99,3 +99,31 @@ def rounds(device: Device, design_rounds, shim_of) -> tuple:
     if overlap and design_rounds:
         sequence.append(Finish(f"round{len(design_rounds) - 1}"))
     return tuple(sequence)
+
+
+# ---- KV caches ----------------------------------------------------------------------------------
+
+#: cache positions per object of the decode designs: 64 rows of a group's
+#: 64-wide heads are 8 KiB of bf16, so two in flight leave room in 64 KiB
+CACHE_CHUNK = 64
+
+
+def cache_chunk(max_seq_len: int) -> int:
+    """Positions per cache object: the largest even divisor of max_seq_len up
+    to CACHE_CHUNK (even: a chunk of bf16 scores is whole 4-byte words)."""
+    return max(p for p in range(2, CACHE_CHUNK + 1, 2) if max_seq_len % p == 0)
+
+
+def cache_rows(device: Device, start, positions, chunk, row, width) -> TAP:
+    """A (positions, row)-strided cache read `width` contiguous elements per
+    position, `chunk` positions per object: the chunks split as (outer,
+    inner) so the shim's iteration count holds the outer part."""
+    outer, inner = iterations(positions // chunk, device.shim_max_iterations)
+    return TAP(start, (outer, inner, chunk, width), (inner * chunk * row, chunk * row, row, 1))
+
+
+def chunked_columns(device: Device, start, rows, row, positions, chunk) -> TAP:
+    """`rows` rows of a (., row) matrix, `chunk` columns at a time: each
+    object is rows x chunk, chunks left to right."""
+    outer, inner = iterations(positions // chunk, device.shim_max_iterations)
+    return TAP(start, (outer, inner, rows, chunk), (inner * chunk, chunk, row, 1))

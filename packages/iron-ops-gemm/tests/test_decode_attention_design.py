@@ -1,0 +1,69 @@
+"""GQAScores' and GQAContext's designs: one design per cache shape, the
+per-call valid length a runtime parameter."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from support import random_inputs, simulated
+
+from iron.core import compare
+from iron.design import design_of
+from iron.ops.gemm import DecodeAttention, GQAContext, GQAScores
+
+POSITIONS = (1, 77, 256)  # the first, one inside a chunk, the whole cache
+
+
+@pytest.mark.parametrize("cls", [GQAScores, GQAContext])
+def test_one_design_serves_three_positions(device, cls):
+    op = cls(heads=8, kv_heads=2, head_dim=64, max_seq_len=256).resolve(device)
+    design = design_of(op)
+    first, cache = random_inputs(op, seed=3)
+    for valid in POSITIONS:
+        # valid is not compiled in: the design for any position is this one
+        assert design_of(attrs.evolve(op, valid=valid)).digest() == design.digest()
+        # what lies past the valid prefix is garbage the design must never read
+        stale_cache, stale_first = cache.copy(), first.copy()
+        stale_cache[valid:] = np.nan
+        if cls is GQAContext:
+            stale_first[:, valid:] = np.nan
+        inputs = (stale_first, stale_cache)
+        (expected,) = op.call_reference(*inputs, valid=valid)
+        actual = simulated(op, inputs, {"valid": valid}, design=design)
+        tolerance = attrs.evolve(op, valid=valid).tolerance(device, inputs=inputs)
+        verdict = compare(actual, expected, tolerance)
+        assert verdict.passed, (valid, verdict.detail)
+
+
+def test_the_composite_expands_into_its_parts_designs_and_they_chain(device):
+    """Scores -> softmax (the reference: eltwise's) -> context, at one
+    position: the parts' designs compose to the composite's answer."""
+    attention = DecodeAttention(heads=8, kv_heads=2, head_dim=64, max_seq_len=128).resolve(device)
+    designs = attention.designs()
+    assert set(designs) == {"scores", "context"}  # Softmax belongs to iron-ops-eltwise
+    parts = attention.parts()
+    q, keys = random_inputs(parts["scores"], seed=5)
+    _, values = random_inputs(parts["context"], seed=6)
+    valid = 50
+    scores = simulated(parts["scores"], (q, keys), {"valid": valid}, designs["scores"])
+    (weights,) = parts["softmax"].call_reference(scores, valid=valid)
+    context = simulated(parts["context"], (weights, values), {"valid": valid}, designs["context"])
+    (expected,) = parts["context"].call_reference(
+        parts["softmax"].call_reference(
+            parts["scores"].call_reference(q, keys, valid=valid)[0], valid=valid
+        )[0],
+        values,
+        valid=valid,
+    )
+    context_op = attrs.evolve(parts["context"], valid=valid)
+    assert compare(context, expected, context_op.tolerance(device, inputs=(weights, values))).passed
+
+
+def test_a_design_needs_the_valid_parameter(device):
+    from iron.design import simulate
+
+    op = GQAScores(heads=4, kv_heads=1, head_dim=32, max_seq_len=64).resolve(device)
+    q, keys = random_inputs(op)
+    with pytest.raises(Exception, match="valid"):
+        simulate(design_of(op), {"q": q, "keys": keys})
