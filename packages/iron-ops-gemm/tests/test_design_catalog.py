@@ -13,6 +13,7 @@ from iron.design.operators import catalog_designs
 from iron.ops.gemm import (
     GEMM,
     GEMV,
+    MHA,
     DecodeAttention,
     GQAContext,
     GQAScores,
@@ -21,7 +22,7 @@ from iron.ops.gemm import (
 )
 
 NPU2 = Device.from_name("npu2")
-DESIGNED = {"GEMM", "GEMV", "GQAScores", "GQAContext"}
+DESIGNED = {"GEMM", "GEMV", "GQAScores", "GQAContext", "MHA"}
 
 
 def test_every_case_fits_its_device_or_is_refused_with_the_rule(device):
@@ -48,6 +49,8 @@ def llama_operators():
         for out, in_ in ((HEADS * HEAD_DIM, HIDDEN), (kv, HIDDEN), (HIDDEN, HEADS * HEAD_DIM)):
             yield GEMM(M=rows, K=in_, N=out, b_col_maj=True)
         yield SwiGLUPrefill(rows, HIDDEN, FFN)
+        pipelines = next(p for p in (8, 4, 2, 1) if rows % (64 * p) == 0)  # as the graph picks
+        yield MHA(HEADS, rows, HEAD_DIM, KV_HEADS, heads_interleaved=True, num_pipelines=pipelines)
     for out, in_ in ((HEADS * HEAD_DIM, HIDDEN), (kv, HIDDEN), (HIDDEN, HEADS * HEAD_DIM)):
         yield GEMV(M=out, K=in_)
     yield SwiGLUDecode(HIDDEN, FFN)

@@ -211,3 +211,100 @@ def zero_f32_kernel(count) -> Kernel:
 
 def zero_first(buffer, count):
     buffer[:count] = 0
+
+
+# ---- prefill attention (MHA), one 64-row query block against one 64-row key block --------
+
+
+def block_scores_model(q, k, s, q_block, k_block, *, rows, head_dim, seq_len, causal, scale):
+    """S = Q K^T * scale in float32; keys at or past seq_len, and with
+    `causal` keys after the query, are -inf."""
+    Q = q.reshape(rows, head_dim).astype(np.float32)
+    K = k.reshape(rows, head_dim).astype(np.float32)
+    S = (Q @ K.T) * np.float32(scale)
+    query = q_block * rows + np.arange(rows)[:, None]
+    key = k_block * rows + np.arange(rows)[None, :]
+    masked = (key >= seq_len) | ((key > query) if causal else False)
+    s[:] = np.where(masked, np.float32(-np.inf), S).ravel()
+
+
+def online_softmax_model(s, p, alpha, state, k_block, *, rows):
+    """One key block of a running softmax: with m the running row maximum
+    and l the running sum (`state`, reset at key block 0), m' = max(m,
+    max S), alpha = exp(m - m'), E = exp(S - m'), l' = l alpha + sum E;
+    P = E rounded to bf16 for the product with V."""
+    S = s.reshape(rows, rows)
+    m, total = state[:rows], state[rows:]
+    if k_block == 0:
+        m[:], total[:] = -np.inf, 0
+    top = np.maximum(m, S.max(axis=1))
+    safe = np.where(np.isfinite(top), top, np.float32(0))
+    scale = np.exp(m - safe).astype(np.float32)
+    E = np.exp(S - safe[:, None]).astype(np.float32)
+    total[:] = total * scale + E.sum(axis=1, dtype=np.float32)
+    m[:] = top
+    alpha[:] = scale
+    p[:] = E.astype(bf16).ravel()
+
+
+def softmax_total_model(state, total, *, rows):
+    total[:] = state[rows:]
+
+
+def block_context_model(p, alpha, v, acc, k_block, *, rows, head_dim):
+    """acc = acc * alpha + P V in float32 (acc reset at key block 0)."""
+    out = acc.reshape(rows, head_dim)
+    if k_block == 0:
+        out[:] = 0
+    out *= alpha[:, None]
+    out += p.reshape(rows, rows).astype(np.float32) @ v.reshape(rows, head_dim).astype(np.float32)
+
+
+def block_output_model(acc, total, o, q_block, *, rows, head_dim, seq_len):
+    """O = acc / l, one rounding; query rows at or past seq_len are 0."""
+    out = acc.reshape(rows, head_dim) / total[:, None]
+    out[q_block * rows + np.arange(rows) >= seq_len] = 0
+    o[:] = out.astype(bf16).ravel()
+
+
+def mha_kernels(rows, head_dim, seq_len, causal, scale) -> dict[str, Kernel]:
+    """The five kernels of one attention pipeline (ours: scalar C++)."""
+    block, vector = rows * head_dim, Memref(rows, "f32")
+    square = rows * rows
+    i32 = Scalar("i32")
+    common = {"rows": rows}
+    flags = (f"-DROWS={rows}", f"-DHEAD_DIM={head_dim}", f"-DSEQ_LEN={seq_len}",
+             f"-DCAUSAL={int(causal)}")  # fmt: skip
+    spec = {
+        "scores": (
+            (Memref(block, "bf16"), Memref(block, "bf16"), Memref(square, "f32"), i32, i32),
+            functools.partial(
+                block_scores_model,
+                rows=rows,
+                head_dim=head_dim,
+                seq_len=seq_len,
+                causal=causal,
+                scale=float(scale),
+            ),
+        ),  # fmt: skip
+        "softmax": (
+            (Memref(square, "f32"), Memref(square, "bf16"), vector, Memref(2 * rows, "f32"), i32),
+            functools.partial(online_softmax_model, **common),
+        ),
+        "total": (
+            (Memref(2 * rows, "f32"), vector),
+            functools.partial(softmax_total_model, **common),
+        ),
+        "context": (
+            (Memref(square, "bf16"), vector, Memref(block, "bf16"), Memref(block, "f32"), i32),
+            functools.partial(block_context_model, rows=rows, head_dim=head_dim),
+        ),
+        "output": (
+            (Memref(block, "f32"), vector, Memref(block, "bf16"), i32),
+            functools.partial(block_output_model, rows=rows, head_dim=head_dim, seq_len=seq_len),
+        ),
+    }
+    return {
+        role: Kernel(f"iron_mha_{role}", args, OURS, model, flags)
+        for role, (args, model) in spec.items()
+    }

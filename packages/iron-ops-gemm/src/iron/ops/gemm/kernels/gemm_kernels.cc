@@ -107,3 +107,77 @@ void iron_gqa_context_bf16(const bfloat16 *weights, const bfloat16 *values,
 #endif
 
 }  // extern "C"
+
+#if defined(ROWS) && defined(HEAD_DIM) && defined(SEQ_LEN) && defined(CAUSAL)
+// Prefill attention over ROWS-row blocks, one query block against one key
+// block at a time (a running softmax: max, sum, rescale), float32 inside.
+extern "C" {
+
+void iron_mha_scores(const bfloat16 *q, const bfloat16 *k, float *s,
+                     int32_t q_block, int32_t k_block) {
+  const float scale = 1.0f / __builtin_sqrtf((float)HEAD_DIM);
+  for (int i = 0; i < ROWS; i++)
+    for (int j = 0; j < ROWS; j++) {
+      int query = q_block * ROWS + i, key = k_block * ROWS + j;
+      if (key >= SEQ_LEN || (CAUSAL && key > query)) {
+        s[i * ROWS + j] = -__builtin_inff();
+        continue;
+      }
+      float dot = 0.0f;
+      for (int d = 0; d < HEAD_DIM; d++)
+        dot += (float)q[i * HEAD_DIM + d] * (float)k[j * HEAD_DIM + d];
+      s[i * ROWS + j] = dot * scale;
+    }
+}
+
+void iron_mha_softmax(const float *s, bfloat16 *p, float *alpha, float *state,
+                      int32_t k_block) {
+  float *m = state, *total = state + ROWS;
+  for (int i = 0; i < ROWS; i++) {
+    if (k_block == 0) {
+      m[i] = -__builtin_inff();
+      total[i] = 0.0f;
+    }
+    float top = m[i];
+    for (int j = 0; j < ROWS; j++)
+      top = s[i * ROWS + j] > top ? s[i * ROWS + j] : top;
+    float safe = __builtin_isfinite(top) ? top : 0.0f;
+    float scale = __builtin_expf(m[i] - safe), sum = 0.0f;
+    for (int j = 0; j < ROWS; j++) {
+      float e = __builtin_expf(s[i * ROWS + j] - safe);
+      sum += e;
+      p[i * ROWS + j] = to_bf16(e);
+    }
+    total[i] = total[i] * scale + sum;
+    m[i] = top;
+    alpha[i] = scale;
+  }
+}
+
+void iron_mha_total(const float *state, float *total) {
+  for (int i = 0; i < ROWS; i++)
+    total[i] = state[ROWS + i];
+}
+
+void iron_mha_context(const bfloat16 *p, const float *alpha, const bfloat16 *v,
+                      float *acc, int32_t k_block) {
+  for (int i = 0; i < ROWS; i++)
+    for (int d = 0; d < HEAD_DIM; d++) {
+      float sum = k_block == 0 ? 0.0f : acc[i * HEAD_DIM + d] * alpha[i];
+      for (int j = 0; j < ROWS; j++)
+        sum += (float)p[i * ROWS + j] * (float)v[j * HEAD_DIM + d];
+      acc[i * HEAD_DIM + d] = sum;
+    }
+}
+
+void iron_mha_output(const float *acc, const float *total, bfloat16 *o,
+                     int32_t q_block) {
+  for (int i = 0; i < ROWS; i++)
+    for (int d = 0; d < HEAD_DIM; d++)
+      o[i * HEAD_DIM + d] = q_block * ROWS + i >= SEQ_LEN
+                                ? to_bf16(0.0f)
+                                : to_bf16(acc[i * HEAD_DIM + d] / total[i]);
+}
+
+}  // extern "C"
+#endif
