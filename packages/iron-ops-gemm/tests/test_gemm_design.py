@@ -95,3 +95,10 @@ def test_every_core_takes_a_tile_and_b_is_read_once_per_row_block():
     # two row blocks: B is read twice, A once per column group (2 groups)
     assert run_.traffic.tensors["B"].read == 2 * b.nbytes
     assert run_.traffic.tensors["A"].read == 2 * a.nbytes
+
+
+def test_three_columns_take_the_three_blocks_of_n(device):
+    op = GEMM(256, 64, 192)
+    assert op.resolve(device).num_aie_columns == 3  # the most that split N in whole blocks
+    actual, expected, tolerance = run(op, device)
+    assert compare(actual, expected, tolerance).passed

@@ -174,16 +174,9 @@ class GEMM(Operator):
             require(self, name, getattr(self, name) >= 1, "at least 1")
         self._check_dtypes()
         self._check_tiles()
-        check_columns(self, streams=2)  # B, and A on up to 4 of the columns
+        check_columns(self, streams=2)  # B, and A on column 0
         columns = self.num_aie_columns
         if columns is not None:
-            require(
-                self,
-                "num_aie_columns",
-                columns >= CORE_ROWS or CORE_ROWS % columns == 0,
-                f"1, 2, or at least {CORE_ROWS}: below {CORE_ROWS} columns the {CORE_ROWS} "
-                "rows' A tiles are split evenly over the columns' shims",
-            )
             require(
                 self,
                 "N",
@@ -252,8 +245,7 @@ class GEMM(Operator):
 
     def tune(self, device):
         def fits(columns):
-            split = columns >= CORE_ROWS or CORE_ROWS % columns == 0
-            return split and self.N % (self.tile_n * columns) == 0
+            return self.N % (self.tile_n * columns) == 0
 
         return {"num_aie_columns": most_columns(device, fits, streams=2)}
 
