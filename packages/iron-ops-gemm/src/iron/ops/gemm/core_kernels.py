@@ -286,7 +286,7 @@ def mha_kernels(rows, head_dim, seq_len, causal, scale) -> dict[str, Kernel]:
                 causal=causal,
                 scale=float(scale),
             ),
-        ),  # fmt: skip
+        ),
         "softmax": (
             (Memref(square, "f32"), Memref(square, "bf16"), vector, Memref(2 * rows, "f32"), i32),
             functools.partial(online_softmax_model, **common),
