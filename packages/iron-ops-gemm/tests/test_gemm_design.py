@@ -7,7 +7,7 @@ import attrs
 import pytest
 from support import random_inputs, simulated
 
-from iron.core import Device, compare
+from iron.core import Device, OperatorError, compare
 from iron.design import check, design_of, simulate
 from iron.ops.gemm import GEMM
 from iron.ops.gemm.tiling import mmul_shape
@@ -102,3 +102,26 @@ def test_three_columns_take_the_three_blocks_of_n(device):
     assert op.resolve(device).num_aie_columns == 3  # the most that split N in whole blocks
     actual, expected, tolerance = run(op, device)
     assert compare(actual, expected, tolerance).passed
+
+
+def test_more_column_groups_than_a_pattern_holds_take_a_round_each(device):
+    # 65 groups of one 32-wide block: past the shim's 64 iterations
+    op = GEMM(64, 32, 65 * 32, tile_m=16, tile_k=16, tile_n=32, num_aie_columns=1)
+    assert len(design_of(op.resolve(device)).tasks()) == 65 * 3
+    actual, expected, tolerance = run(op, device)
+    assert compare(actual, expected, tolerance).passed
+
+
+def test_a_group_stride_past_the_shim_field_takes_a_round_per_group():
+    # B (N, K) with K = 8192: 8 columns x 64 rows x 8192 elements between
+    # groups is 2^21 words, past the shim's 20-bit stride
+    op = GEMM(256, 8192, 8192, b_col_maj=True).resolve(NPU2)
+    design = design_of(op)
+    assert check(design).ok
+    assert len(design.tasks()) == 16 * (1 + 2 * 8)  # 16 groups, each A, 8 B and 8 C
+
+
+def test_row_blocks_past_a_shim_dimension_are_refused():
+    # fits a core (16 + 1 + 16 + 8 KiB and the stack), but 4 x 256 rows > 1023
+    with pytest.raises(OperatorError, match=r"GEMM: tile_m=256: at most 255: .* wraps at 1023"):
+        GEMM(1024, 64, 64, tile_m=256, tile_k=16, tile_n=16).resolve(NPU1)

@@ -36,3 +36,14 @@ def test_x_enters_once_and_every_row_of_a_once(device):
     assert run.traffic.tensors["x"].read == x.nbytes
     assert run.traffic.tensors["A"].read == a.nbytes
     assert len(design_of(op).workers) == op.num_aie_columns
+
+
+def test_more_batches_than_a_pattern_iterates_run_in_rounds(device):
+    op = GEMV(M=64, K=64, num_batches=130, num_aie_columns=2).resolve(device)
+    design = design_of(op)
+    # 130 = 5 x 26: rounds of 26, the most batches within 64 iterations that
+    # divide them; each round fills x, and fills A and drains y per column
+    assert len(design.tasks()) == 5 * (1 + 2 * 2)
+    a, x = random_inputs(op)
+    (expected,) = op.call_reference(a, x)
+    assert compare(simulated(op, (a, x)), expected, op.tolerance(device, inputs=(a, x))).passed

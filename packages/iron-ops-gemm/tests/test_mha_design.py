@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from support import random_inputs, simulated
 
-from iron.core import Device, compare
+from iron.core import Device, OperatorError, compare
 from iron.design import check, design_of, simulate
 from iron.ops.gemm import MHA
 
@@ -55,3 +55,12 @@ def test_a_key_block_stream_shared_by_the_pipelines_is_read_once_per_round():
     # 4 heads read their one KV head in 2 rounds of 2 query blocks each
     assert traffic["K"].read == 4 * 2 * k.nbytes
     assert traffic["Q"].read == q.nbytes
+
+
+def test_more_rounds_of_query_blocks_than_a_pattern_iterates_are_refused():
+    assert MHA(num_heads=2, seq_len=4096).resolve(NPU2).seq_pad == 4096  # 64 rounds: fits
+    with pytest.raises(
+        OperatorError,
+        match=r"MHA: seq_len=4097: at most 64 rounds .*\(4096 rows at num_pipelines=1\)",
+    ):
+        MHA(num_heads=2, seq_len=4097).resolve(NPU2)

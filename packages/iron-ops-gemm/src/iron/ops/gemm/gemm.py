@@ -184,6 +184,15 @@ class GEMM(Operator):
                 f"a multiple of tile_n x num_aie_columns = {self.tile_n * columns} (each "
                 "column takes the same number of tile_n-wide blocks)",
             )
+        if self.device is not None:
+            wrap = self.device.limits("shim").max_wrap  # Device.shim_wrap_bits
+            require(
+                self,
+                "tile_m",
+                CORE_ROWS * self.tile_m <= wrap,
+                f"at most {wrap // CORE_ROWS}: a row block's {CORE_ROWS} x tile_m rows are one "
+                f"dimension of a shim BD, which wraps at {wrap}",
+            )
         tm, tk, tn = self.tile_m, self.tile_k, self.tile_n
         buffers = core_buffers(tm, tk, tn, self.dtype_in, self.dtype_out)
         check_core_memory(self, f"tile_m x tile_k x tile_n = {tm}x{tk}x{tn}", buffers)
@@ -361,36 +370,53 @@ def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, colum
             join(f"c_join{c}", [f"C{i}_{c}" for i in lanes], f"C{c}", [i * tm * tn for i in lanes]),
         ]
 
-    def b_tasks(c):
-        if b_col_maj:  # B is (N, K): a block of tile_n rows, tile_k of each
-            start, sizes, strides = c * tn * K, (k_steps, tn, tk), (tk, K, 1)
-            group_stride = tn * columns * K
-        else:
-            start, sizes, strides = c * tn, (k_steps, tk, tn), (tk * N, N, 1)
-            group_stride = tn * columns
-        if stride_fits(device, group_stride, dtype_in):
-            return [Fill(f"B{c}", "B", TAP(start, (groups, *sizes), (group_stride, *strides)))]
-        return [
-            Fill(f"B{c}", "B", TAP(start + g * group_stride, sizes, strides)) for g in range(groups)
-        ]
+    b_row = (
+        (tn * K, (k_steps, tn, tk), (tk, K, 1))
+        if b_col_maj
+        else (tn, (k_steps, tk, tn), (tk * N, N, 1))
+    )
+    c_row = (
+        (tn * M, (CORE_ROWS, tn, tm), (tm, M, 1)) if c_col_maj else (tn, (block_rows, tn), (N, 1))
+    )
 
-    def c_drain(c, block):
-        if c_col_maj:  # C is (N, M): each tile column lands in one row of C
-            start = c * tn * M + block * block_rows
-            tap = TAP(start, (groups, CORE_ROWS, tn, tm), (tn * columns * M, tm, M, 1))
-        else:
-            start = block * block_rows * N + c * tn
-            tap = TAP(start, (groups, block_rows, tn), (tn * columns, N, 1))
-        return Drain(f"C{c}", "C", tap)
-
-    b_fills = [b_tasks(c) for c in cols]
-    work = []
-    for block in range(row_blocks):
-        a_tap = TAP(block * block_rows * K, (groups, k_steps, block_rows, tk), (0, tk, K, 1))
+    def round_of(block, first, count):
+        """The runtime's tasks for row block `block` and the `count` column
+        groups from `first`: the groups are each pattern's iteration
+        dimension (A's with stride 0: the same row block for every group)."""
+        a_tap = TAP(block * block_rows * K, (count, k_steps, block_rows, tk), (0, tk, K, 1))
         tasks = [Fill("A", "A", a_tap)]
         for c in cols:
-            tasks += b_fills[c] + [c_drain(c, block)]
-        work.append(tasks)
+            (b_step, sizes, strides), b_group = b_row, b_row[0] * columns
+            tasks.append(
+                Fill(
+                    f"B{c}",
+                    "B",
+                    TAP((first * columns + c) * b_step, (count, *sizes), (b_group, *strides)),
+                )
+            )
+            (c_step, sizes, strides), c_group = c_row, c_row[0] * columns
+            rows = block * block_rows * (1 if c_col_maj else N)
+            tasks.append(
+                Drain(
+                    f"C{c}",
+                    "C",
+                    TAP(
+                        rows + (first * columns + c) * c_step, (count, *sizes), (c_group, *strides)
+                    ),
+                )
+            )
+        return tasks
+
+    # all of a row block's column groups in one pattern each, where the shim's
+    # iteration count and stride fields hold them; else one round per group
+    together = groups <= device.shim_max_iterations and all(
+        stride_fits(device, step * columns, dtype) for step, dtype in
+        ((b_row[0], dtype_in), (c_row[0], dtype_out))
+    )  # fmt: skip
+    if together:
+        work = [round_of(block, 0, groups) for block in range(row_blocks)]
+    else:
+        work = [round_of(block, g, 1) for block in range(row_blocks) for g in range(groups)]
     shim_column = {"A": 0} | {f"B{c}": c for c in cols} | {f"C{c}": c for c in cols}
     a_shape, b_shape = (M, K), ((N, K) if b_col_maj else (K, N))
     return Design(

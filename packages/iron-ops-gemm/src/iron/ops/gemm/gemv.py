@@ -35,7 +35,7 @@ from iron.ops.gemm.common import (
     vector_width,
 )
 from iron.ops.gemm.core_kernels import matvec_kernel
-from iron.ops.gemm.tiling import rounds
+from iron.ops.gemm.tiling import iterations, rounds
 
 #: a matvec core's stack
 STACK_BYTES = 1024
@@ -157,11 +157,10 @@ class GEMV(Operator):
         columns, rows = num_aie_columns, M // num_aie_columns
         tile_in, tile_out = tile_size_input, y_object_rows(tile_size_output)
         matvec = matvec_kernel(tile_in, K, tile_out, kernel_vector_size)
-        workers, fifos, tasks, shim_column = [], [], [], {"x": 0}
+        workers, fifos, shim_column = [], [], {"x": 0}
         fifos.append(ObjectFifo("x", K, "bf16", shim(0), (memtile("x_broadcast"),)))
         cores = tuple(core(f"core_{c}", depth=1) for c in range(columns))
         fifos.append(ObjectFifo("x_cores", K, "bf16", memtile("x_broadcast"), cores))
-        tasks.append(Fill("x", "x", TAP.linear(num_batches * K)))
         for c in range(columns):
             a, y = f"A{c}", f"y{c}"
             calls = []
@@ -180,11 +179,20 @@ class GEMV(Operator):
                 ObjectFifo(a, tile_in * K, "bf16", shim(c), (core(f"core_{c}"),)),
                 ObjectFifo(y, tile_out, "bf16", core(f"core_{c}"), (shim(c),)),
             ]
-            # one pass per batch: contiguous below the iteration dimension
-            a_tap = TAP(c * rows * K, (num_batches, 1, 1, rows * K), (M * K, 0, 0, 1))
-            y_tap = TAP(c * rows, (num_batches, 1, 1, rows), (M, 0, 0, 1))
-            tasks += [Fill(a, "A", a_tap), Drain(y, "y", y_tap)]
             shim_column |= {a: c, y: c}
+
+        # batches are the patterns' iteration dimension (contiguous below it),
+        # in rounds of at most the shim's iteration count
+        per_round, _ = iterations(num_batches, device.shim_max_iterations)
+        work = []
+        for first in range(0, num_batches, per_round):
+            tasks = [Fill("x", "x", TAP.linear(per_round * K, first * K))]
+            for c in range(columns):
+                start = first * M + c * rows
+                a_tap = TAP(start * K, (per_round, 1, 1, rows * K), (M * K, 0, 0, 1))
+                y_tap = TAP(start, (per_round, 1, 1, rows), (M, 0, 0, 1))
+                tasks += [Fill(f"A{c}", "A", a_tap), Drain(f"y{c}", "y", y_tap)]
+            work.append(tasks)
         batch = (num_batches,) if num_batches > 1 else ()
         return Design(
             f"gemv_{M}x{K}" + (f"x{num_batches}" if batch else ""),
@@ -197,7 +205,7 @@ class GEMV(Operator):
             fifos=tuple(fifos),
             workers=tuple(workers),
             links=(forward("x_broadcast", "x", "x_cores"),),
-            sequence=rounds(device, [tasks], shim_column.__getitem__),
+            sequence=rounds(device, work, shim_column.__getitem__),
         )
 
     def tune(self, device: Device):

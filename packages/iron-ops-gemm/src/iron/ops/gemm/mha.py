@@ -148,6 +148,15 @@ class MHA(Operator):
             pipelines <= device.columns,
             f"at most the {device.columns} columns of {device.name} (one pipeline per column)",
         )
+        rounds = self.seq_pad // (BLOCK * pipelines)
+        require(
+            self,
+            "seq_len",
+            rounds <= device.shim_max_iterations,
+            f"at most {device.shim_max_iterations} rounds of query blocks per head "
+            f"({device.shim_max_iterations * BLOCK * pipelines} rows at num_pipelines={pipelines}): "
+            "a head's rounds are one shim pattern's iterations",
+        )
 
     @staticmethod
     def design(num_heads, kv_heads, seq_len, seq_pad, head_dim, heads_interleaved,
