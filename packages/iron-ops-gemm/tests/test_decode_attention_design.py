@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from support import random_inputs, simulated
 
-from iron.core import compare
+from iron.core import OperatorError, compare
 from iron.design import design_of
 from iron.ops.gemm import DecodeAttention, GQAContext, GQAScores
 
@@ -67,3 +67,22 @@ def test_a_design_needs_the_valid_parameter(device):
     q, keys = random_inputs(op)
     with pytest.raises(Exception, match="valid"):
         simulate(design_of(op), {"q": q, "keys": keys})
+
+
+@pytest.mark.parametrize("cls", [GQAScores, GQAContext])
+def test_many_groups_per_column_take_smaller_chunks(device, cls):
+    # 8 groups on one column: 64 positions of them would not fit a core twice
+    op = cls(heads=16, kv_heads=8, head_dim=64, max_seq_len=64, num_aie_columns=1).resolve(device)
+    assert op.chunk == 16
+    first, cache = random_inputs(op)
+    (expected,) = op.call_reference(first, cache, valid=40)
+    actual = simulated(op, (first, cache), {"valid": 40})
+    tolerance = attrs.evolve(op, valid=40).tolerance(device, inputs=(first, cache))
+    assert compare(actual, expected, tolerance).passed
+
+
+def test_a_column_whose_chunks_cannot_fit_a_core_is_refused(device):
+    with pytest.raises(OperatorError, match=r"GQAScores: heads=64: 64 query heads and 32 KV"):
+        GQAScores(heads=64, kv_heads=32, head_dim=512, max_seq_len=64, num_aie_columns=1).resolve(
+            device
+        )

@@ -7,7 +7,7 @@ import pytest
 from support import random_inputs, simulated
 
 from iron.core import compare
-from iron.design import design_of, simulate
+from iron.design import check, design_of, simulate
 from iron.ops.gemm import GEMV
 
 
@@ -47,3 +47,11 @@ def test_more_batches_than_a_pattern_iterates_run_in_rounds(device):
     a, x = random_inputs(op)
     (expected,) = op.call_reference(a, x)
     assert compare(simulated(op, (a, x)), expected, op.tolerance(device, inputs=(a, x))).passed
+
+
+def test_batches_past_the_shim_stride_take_a_round_each(device):
+    # a batch of A is 4096 x 8192 elements, 2^24 words: past the 20-bit stride
+    op = GEMV(M=4096, K=8192, num_batches=2).resolve(device)
+    design = design_of(op)
+    assert check(design).ok
+    assert len(design.tasks()) == 2 * (1 + 2 * op.num_aie_columns)

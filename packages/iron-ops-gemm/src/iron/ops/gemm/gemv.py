@@ -35,7 +35,7 @@ from iron.ops.gemm.common import (
     vector_width,
 )
 from iron.ops.gemm.core_kernels import matvec_kernel
-from iron.ops.gemm.tiling import iterations, rounds
+from iron.ops.gemm.tiling import iterations, rounds, stride_fits
 
 #: a matvec core's stack
 STACK_BYTES = 1024
@@ -182,8 +182,11 @@ class GEMV(Operator):
             shim_column |= {a: c, y: c}
 
         # batches are the patterns' iteration dimension (contiguous below it),
-        # in rounds of at most the shim's iteration count
+        # in rounds of at most the shim's iteration count; one a round where
+        # a batch's A is past the shim's stride field
         per_round, _ = iterations(num_batches, device.shim_max_iterations)
+        if not stride_fits(device, M * K, "bf16"):
+            per_round = 1
         work = []
         for first in range(0, num_batches, per_round):
             tasks = [Fill("x", "x", TAP.linear(per_round * K, first * K))]

@@ -28,7 +28,7 @@ from iron.design import (
 )
 from iron.ops.gemm.common import PRECISE, CacheReader
 from iron.ops.gemm.core_kernels import cast_kernel, context_kernel, zero_f32_kernel
-from iron.ops.gemm.tiling import cache_chunk, cache_rows, chunked_columns, rounds
+from iron.ops.gemm.tiling import cache_rows, chunked_columns, rounds
 
 
 @attrs.frozen
@@ -55,14 +55,14 @@ class GQAContext(CacheReader):
         ]
 
     @staticmethod
-    def design(heads, kv_heads, head_dim, max_seq_len, num_aie_columns, device) -> Design:
+    def design(heads, kv_heads, head_dim, max_seq_len, num_aie_columns, chunk, device) -> Design:
         """Each column's core sums its heads' weighted values over the cache
         of its KV groups a chunk of positions at a time, into a float32
         accumulator it rounds once into its heads' context; the per-call
         `valid` is a runtime parameter, so one design serves every position:
         chunks past it are still moved, but neither weights nor values there
         are read."""
-        columns, chunk = num_aie_columns, cache_chunk(max_seq_len)
+        columns = num_aie_columns
         groups, rows = kv_heads // columns, heads // columns
         kernel = context_kernel(rows, groups, head_dim, chunk)
         zero, cast = (
@@ -112,6 +112,9 @@ class GQAContext(CacheReader):
             sequence=rounds(device, [tasks], shim_column.__getitem__),
             params=("valid",),
         )
+
+    #: the float32 accumulator and the bf16 context of the core's heads
+    HELD_PER_HEAD_ELEMENT = 4 + 2
 
     def reference(self, weights, values, *, valid):
         n = self.positions(valid)

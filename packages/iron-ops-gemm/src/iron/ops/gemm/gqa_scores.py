@@ -26,7 +26,7 @@ from iron.design import (
 )
 from iron.ops.gemm.common import PRECISE, CacheReader
 from iron.ops.gemm.core_kernels import scores_kernel
-from iron.ops.gemm.tiling import cache_chunk, cache_rows, chunked_columns, rounds
+from iron.ops.gemm.tiling import cache_rows, chunked_columns, rounds
 
 
 @attrs.frozen
@@ -53,13 +53,13 @@ class GQAScores(CacheReader):
         ]
 
     @staticmethod
-    def design(heads, kv_heads, head_dim, max_seq_len, num_aie_columns, device) -> Design:
+    def design(heads, kv_heads, head_dim, max_seq_len, num_aie_columns, chunk, device) -> Design:
         """Each column's core holds its heads' queries for the call and
         scores the cache of its KV groups a chunk of positions at a time
         (positions x its groups' heads, straight from the shim); the per-call
         `valid` is a runtime parameter, so one design serves every position:
         chunks past it are still moved, but neither read nor scored."""
-        columns, chunk = num_aie_columns, cache_chunk(max_seq_len)
+        columns = num_aie_columns
         groups, rows = kv_heads // columns, heads // columns
         scale = 1 / np.sqrt(head_dim)
         kernel = scores_kernel(rows, groups, head_dim, chunk, np.float32(scale))

@@ -103,15 +103,22 @@ def rounds(device: Device, design_rounds, shim_of) -> tuple:
 
 # ---- KV caches ----------------------------------------------------------------------------------
 
-#: cache positions per object of the decode designs: 64 rows of a group's
-#: 64-wide heads are 8 KiB of bf16, so two in flight leave room in 64 KiB
+#: cache positions per object of the decode designs, at most: 64 rows of a
+#: group's 64-wide heads are 8 KiB of bf16
 CACHE_CHUNK = 64
 
 
-def cache_chunk(max_seq_len: int) -> int:
+def cache_chunk(max_seq_len: int, position_bytes: int, held_bytes: int, budget: int) -> int | None:
     """Positions per cache object: the largest even divisor of max_seq_len up
-    to CACHE_CHUNK (even: a chunk of bf16 scores is whole 4-byte words)."""
-    return max(p for p in range(2, CACHE_CHUNK + 1, 2) if max_seq_len % p == 0)
+    to CACHE_CHUNK (even: a chunk of bf16 scores is whole 4-byte words) for
+    which a core's `held_bytes` and `position_bytes` per position fit its
+    `budget`; None when not even two positions fit."""
+    fits = [
+        p
+        for p in range(2, CACHE_CHUNK + 1, 2)
+        if max_seq_len % p == 0 and held_bytes + p * position_bytes <= budget
+    ]
+    return max(fits, default=None)
 
 
 def cache_rows(device: Device, start, positions, chunk, row, width) -> TAP:
