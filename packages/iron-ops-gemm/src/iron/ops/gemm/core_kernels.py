@@ -88,12 +88,11 @@ def matmul_kernel(arch, dtype_in, m, k, n, rst, b_col_maj, c_col_maj) -> Kernel:
     return Kernel(f"matmul_{dtype_in}_{acc}", args, aie_kernels(f"{arch}/mm.cc"), model, flags)
 
 
-def zero_kernel(arch, dtype, count, m, n) -> Kernel:
-    """mlir-aie's `zero_<acc>` from `{arch}/mm.cc` (the same build as the matmul)."""
-    flags = (f"-DDIM_M={m}", f"-DDIM_N={n}")
-    return Kernel(
-        f"zero_{dtype}", (Memref(count, dtype),), aie_kernels(f"{arch}/mm.cc"), zero_model, flags
-    )
+def zero_kernel(matmul: Kernel) -> Kernel:
+    """mlir-aie's `zero_<acc>` over the matmul's C tile, from the same build
+    of `{arch}/mm.cc` (its `*_ONLY` define selects the one combination)."""
+    c = matmul.args[2]
+    return Kernel(f"zero_{c.dtype}", (c,), matmul.source, zero_model, matmul.flags)
 
 
 # ---- narrowing casts -------------------------------------------------------------------

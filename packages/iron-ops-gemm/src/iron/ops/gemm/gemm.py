@@ -328,7 +328,7 @@ def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, colum
             target = Obj(out) if direct else Buf("acc")
             acquire, release = (Acquire(a), Acquire(b)), (Release(a), Release(b))
             product = Call(matmul, (Obj(a), Obj(b), target))
-            zero = Call(zero_kernel(arch, acc, tm * tn, tm, tn), (target,))
+            zero = Call(zero_kernel(matmul), (target,))
             # the first K step is peeled so that a core waiting for its next tile
             # waits at the top of its body, holding nothing
             rest = Loop(k_steps - 1, (*acquire, product, *release))

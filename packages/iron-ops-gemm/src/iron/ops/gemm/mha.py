@@ -208,8 +208,8 @@ def pipelines(heads, kv_heads, seq_len, seq_pad, head_dim, interleaved, count, c
     K from shim 6 to the scores cores, V from shim 6 to the context cores.
     Query blocks enter at shim 4 (and 5 above 6 pipelines) and are split at
     memtile 4 (and 5) one block per pipeline; output blocks are joined at
-    memtile 7 (and 3) and leave at shim 7 (and 5). Key blocks a query block
-    cannot see (causal) still stream past its cores, which skip them."""
+    memtile 7 (and 3) and leave at shim 7 (and 5). Key blocks past a query
+    block (causal) still stream past its cores: masked, they add nothing."""
     block, blocks = BLOCK, seq_pad // BLOCK
     rounds_per_head = blocks // count
     group = heads // kv_heads
