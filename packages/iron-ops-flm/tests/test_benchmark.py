@@ -1,14 +1,14 @@
-"""The traffic benchmark runs, its numbers are the bytes worked out by hand,
-and the README holds its current table."""
+"""The benchmarks run, their numbers are the bytes worked out by hand, and
+the README holds their current tables."""
 
 import importlib.util
 from pathlib import Path
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "traffic.py"
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("flm_traffic", SCRIPT)
+def load(name="traffic"):
+    spec = importlib.util.spec_from_file_location(f"flm_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -28,7 +28,7 @@ def test_quick_mode(capsys):
         "| E4B down M2048 | 2048x10240x2560 | streamed | 200.0 | 225.0 | 225.0 | 10.0 | "
         "0.0% | 0.0% |" in out
     )
-    assert "model check (512x1536x1024)" in out and "equal to the program's count" in out
+    assert "simulator check (512x1536x1024)" in out and "equal to the patterns' sums" in out
 
 
 def test_readme_holds_the_current_table(capsys):
@@ -37,3 +37,22 @@ def test_readme_holds_the_current_table(capsys):
     table = capsys.readouterr().out.strip()
     readme = module.README.read_text()
     assert f"<!-- bench:traffic -->\n{table}\n<!-- /bench:traffic -->" in readme
+
+
+def test_designs_table_is_measured_and_current(capsys):
+    module = load("designs")
+    module.main([])
+    table = capsys.readouterr().out.strip()
+    # npu2, 256 x 512 x 1024 (tile_n 128, resident): 32 cores; A once (256*512*2),
+    # B its packed size once (512*1024/8 blocks of 9 bytes), C once (256*1024*2)
+    assert "| npu2 | M=256,K=512,N=1024 | ok | 32 |" in table
+    assert "| 262144 | 589824 | 589824 | 524288 | within tolerance |" in table
+    # npu1 has no block floats: the bfp16 cases are refused by that rule
+    assert table.count("refused: FLMGemm: b_format='bfp16'") == 3
+    assert table.count("refused: DequantBFP: device=npu1") == 2
+    # DequantBFP, 1024 x 128: q once (5 * 128 * 1024 / 8), B once (1024 * 128 / 8 * 9)
+    assert "| npu2 | K=1024,N=128 | ok | 2 |" in table
+    assert "| 81920 | 81920 | 147456 | 147456 | byte for byte |" in table
+    assert "violation" not in table and "OUTSIDE" not in table and "DIFFERS" not in table
+    readme = module.README.read_text()
+    assert f"<!-- bench:designs -->\n{table}\n<!-- /bench:designs -->" in readme

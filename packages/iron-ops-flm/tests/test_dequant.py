@@ -1,12 +1,15 @@
 """DequantBFP: q4nx decoding against a blob written byte by byte from the
-layer table, and its output against FLMGemm's own packing of the weights."""
+layer table, its output against FLMGemm's own packing of the weights, and
+its design, simulated, against its reference."""
 
+import attrs
 import ml_dtypes
 import numpy as np
 import pytest
 
 from iron.core import Device, OperatorError
 from iron.core.numerics import round_to_bf16
+from iron.design import CoverageError, Drain, check, design_of, simulate
 from iron.ops.flm.dequant import DequantBFP, dequantize, q4nx_size, random_q4nx
 from iron.ops.flm.gemm import FLMGemm
 
@@ -99,3 +102,38 @@ def test_refusals(params, device, message):
 def test_a_blob_of_the_wrong_size_is_refused():
     with pytest.raises(ValueError, match=r"a q4nx \(1024, 128\) matrix is 81920 bytes, got 100"):
         DequantBFP(1024, 128).reference(np.zeros(100, np.uint8))
+
+
+# ---- the design ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", DequantBFP.cases, ids=lambda case: case.label)
+def test_design_fits_npu2_and_npu1_refuses_by_rule(case):
+    assert check(design_of(DequantBFP(**case.params).resolve(NPU2))).ok
+    with pytest.raises(OperatorError, match="bfp16ebs8 needs block-float hardware"):
+        DequantBFP(**case.params).resolve(Device.from_name("npu1"))
+
+
+@pytest.mark.parametrize("K, N", [(1024, 128), (1536, 640), (2048, 256)])
+def test_simulated_design_writes_the_reference_byte_for_byte(K, N):
+    op = DequantBFP(K, N).resolve(NPU2)
+    (q,) = op.example_inputs(np.random.default_rng(3))
+    run = simulate(design_of(op), {"q": q})
+    out = run["B"].view(np.uint8).reshape(-1, 9)
+    assert np.array_equal(out, op.reference(q))
+    # q read once (5NK/8 bytes), B written once (K*N/8 blocks of 9 bytes)
+    assert run.traffic.tensors["q"].read == 5 * N * K // 8
+    assert run.traffic.tensors["B"].written == K * N // 8 * 9
+
+
+def test_a_wrong_drain_offset_is_caught():
+    op = DequantBFP(1024, 128).resolve(NPU2)
+    design = design_of(op)
+    first = next(i for i, s in enumerate(design.sequence) if isinstance(s, Drain))
+    drain = design.sequence[first]
+    moved = attrs.evolve(drain, tap=attrs.evolve(drain.tap, offset=drain.tap.offset + 128))
+    broken = attrs.evolve(
+        design, sequence=(*design.sequence[:first], moved, *design.sequence[first + 1 :])
+    )
+    with pytest.raises(CoverageError, match="out tensor B"):
+        simulate(broken, {"q": op.example_inputs(np.random.default_rng(0))[0]})

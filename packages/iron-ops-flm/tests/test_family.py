@@ -72,7 +72,7 @@ def test_no_namespace_init_files():
     assert not (SOURCES.parent / "__init__.py").exists()  # iron/ops/
 
 
-def test_imports_nothing_but_iron_core_numpy_ml_dtypes_attrs():
+def test_imports_nothing_but_iron_core_iron_design_numpy_ml_dtypes_attrs():
     allowed = {"iron", "numpy", "ml_dtypes", "attrs", "__future__"} | set(sys.stdlib_module_names)
     imported = set()
     for path in SOURCES.glob("*.py"):
@@ -83,7 +83,7 @@ def test_imports_nothing_but_iron_core_numpy_ml_dtypes_attrs():
                 imported.add(node.module)
     assert {name.split(".")[0] for name in imported} <= allowed
     iron = {name for name in imported if name.split(".")[0] == "iron"}
-    assert all(name.startswith(("iron.core", "iron.ops.flm")) for name in iron), iron
+    assert all(name.startswith(("iron.core", "iron.design", "iron.ops.flm")) for name in iron), iron
 
 
 def test_spec_snapshot_is_current():

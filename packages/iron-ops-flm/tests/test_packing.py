@@ -11,7 +11,7 @@ from iron.ops.flm.packing import (
     from_bfp16ebs8,
     pack_b,
     packed_b_size,
-    read_slot,
+    read_chunk,
     to_bfp16ebs8,
     unpack_b,
 )
@@ -174,7 +174,7 @@ def test_pack_b_layout_against_index_arithmetic(tile_n, ct_k):
 
 
 @pytest.mark.parametrize("b_format", list(BFormat))
-def test_unpack_b_inverts_pack_b_and_read_slot_reads_one_k_block(b_format):
+def test_unpack_b_inverts_pack_b_and_read_chunk_reads_one_k_slice(b_format):
     rng = np.random.default_rng(11)
     K, N, tile_n, ct_k = 1536, 256, 64, 128
     B = (rng.random((K, N)) * 4).astype(ml_dtypes.bfloat16)
@@ -186,9 +186,10 @@ def test_unpack_b_inverts_pack_b_and_read_slot_reads_one_k_block(b_format):
         groups = B.astype(np.float32).T.reshape(N, K // 8, 8)
         expected = from_bfp16ebs8(to_bfp16ebs8(groups)).reshape(N, K).T
         assert np.array_equal(values, expected)
-    slot_elems = len(packed) // (K // 512 * N // tile_n)
-    second_slot = packed[slot_elems : 2 * slot_elems]  # column block 0, k-block 1
-    assert np.array_equal(read_slot(second_slot, tile_n, ct_k, b_format), values[512:1024, :tile_n])
+    chunk_elems = len(packed) // (K // ct_k * N // tile_n)
+    # column block 0, k-block 1, k-slice 2: k 512 + 256 .. 512 + 384
+    chunk = packed[(4 + 2) * chunk_elems : (4 + 3) * chunk_elems]
+    assert np.array_equal(read_chunk(chunk, tile_n, ct_k, b_format), values[768:896, :tile_n])
 
 
 def test_pack_b_refuses_shapes_that_do_not_tile():

@@ -1,21 +1,17 @@
-"""The memtile pool, the slab cut and the per-shape program, against the
-numbers and patterns worked out from IRON's design (every limit from the
-Device)."""
+"""The memtile pool, the slab cut and the per-shape runtime sequence of the
+design, against the numbers and patterns worked out by hand (every limit
+from the Device)."""
 
 import attrs
-import numpy as np
 import pytest
 
 from iron.core import Device, OperatorError
+from iron.design import TAP, Drain, Fill, PoolTask, SetLock, SlotBd, design_of
 from iron.ops.flm.gemm import FLMGemm
 from iron.ops.flm.packing import BFormat
-from iron.ops.flm.schedule import LockOp, Push, memtile_pool
+from iron.ops.flm.schedule import Push, memtile_pool, pushes
 
 NPU1, NPU2 = Device.from_name("npu1"), Device.from_name("npu2")
-
-
-def bits(value):
-    return int(np.float32(value).view(np.int32))
 
 
 def test_pool_sizes():
@@ -71,12 +67,9 @@ def test_slab_cuts_follow_the_device_limits():
     assert slabs(256 * 48, 10240, device=short) == [(0, 24, False, 8, 1), (24, 24, False, 8, 1)]
     program = FLMGemm(256 * 48, 10240, 1024).program(short)
     assert [s.fill_passes for s in program.slabs] == [60, 60]
-    assert program.slabs[0].columns[0].fill.pushes == (
-        Push(0, 32),
-        Push(0, 28),
-        Push(1, 32),
-        Push(1, 28),
-    )
+    assert pushes(2, 60, short) == [Push(0, 32), Push(0, 28), Push(1, 32), Push(1, 28)]
+    # a shim transfer iterates at most 64 times: 65 streamed units take two slabs
+    assert [s[1] for s in slabs(256 * 65, 6144, N=512)] == [33, 32]
 
 
 def test_a_shape_no_slab_fits_is_refused():
@@ -89,56 +82,61 @@ def test_a_shape_no_slab_fits_is_refused():
     assert "1 pushes of 1 can queue" in str(refusal.value)
 
 
-def test_resident_program_patterns():
-    program = FLMGemm(512, 1024, 1024).program(NPU2)  # tile_n 64, 2 units, 2 k-blocks
-    (slab,) = program.slabs
-    assert (program.k_iters, program.units, slab.fill_passes, slab.drain_passes) == (2, 2, 1, 2)
-    assert slab.rtp == (1024, 2, 2, 0, bits(-np.inf), bits(np.inf))
-    assert len(slab.a) == 4 and all(len(row) == 2 for row in slab.a)  # 2 column blocks of 8 x 64
-    a = slab.a[3][1]
-    assert (a.offset, a.sizes, a.strides) == (
-        3 * 64 * 1024,
-        (2, 2, 1, 64, 512),
-        (256 * 1024, 512, 256 * 1024, 1024, 1),
-    )
-    column = slab.columns[5]
-    assert column.blocks == (5, 13)
-    b = column.b[1]  # column block 13 starts at 13 * 64 * 1024 / 8 blocks
-    assert (b.offset, b.sizes, b.strides) == (13 * 8192, (1, 2, 1, 4096), (0, 4096, 0, 1))
-    c = column.c[1]
-    assert (c.offset, c.sizes, c.strides) == (13 * 64, (1, 2, 256, 64), (0, 256 * 1024, 1024, 1))
-    assert column.arm == (LockOp("prod", 0, 2), LockOp("prod", 1, 2))
-    fill, drain = column.fill.bds, column.drain.bds
-    assert [(bd.slot, bd.offset, bd.size) for bd in fill] == [(0, 0, 4096), (1, 4096, 4096)]
-    assert (fill[1].acquire, fill[1].release) == (LockOp("prod", 1, 2), LockOp("cons", 1, 2))
-    assert (drain[0].acquire, drain[0].release) == (LockOp("cons", 0, 1), LockOp("prod", 0, 1))
-    # a push covers every block its passes fit: 2 x 1 fill, 2 x 2 drain passes
-    assert column.fill.pushes == (Push(0, 2),) and column.drain.pushes == (Push(0, 4),)
+def tasks(design, kind, **fields):
+    return [
+        s
+        for s in design.sequence
+        if isinstance(s, kind) and all(getattr(s, k) == v for k, v in fields.items())
+    ]
 
 
-def test_streamed_program_patterns():
-    (slab,) = FLMGemm(512, 6144, 1024, epilogue="silu", clamp=(-2, 2)).program(NPU2).slabs
-    assert slab.rtp == (1024, 2, 12, 2, bits(-2), bits(2))
-    column = slab.columns[0]
-    assert column.b[0].sizes == (2, 12, 1, 4096)  # the unit dimension re-reads B (stride 0)
-    assert column.fill.bds[7].acquire == LockOp("prod", 7, 1)
-    assert column.fill.pushes == (Push(0, 6),)  # 3 passes per block, both blocks in one push
+def test_resident_sequence():
+    op = FLMGemm(512, 1024, 1024).resolve(NPU2)  # tile_n 64, 2 units, 2 k-blocks, 2 blocks
+    design = design_of(op)
+    assert tasks(design, SetLock, link="pool5") == [SetLock("pool5", 0, 2), SetLock("pool5", 1, 2)]
+    (fill,) = tasks(design, PoolTask, link="pool5", fill=True)
+    (drain,) = tasks(design, PoolTask, link="pool5", fill=False)
+    # the fill takes each slot once all 2 units have read it, and one push
+    # covers both column blocks: 2 x 1 fill passes, 2 x 2 drain passes
+    assert (fill.bds, fill.repeat_count) == ((SlotBd(0, 2, 2), SlotBd(1, 2, 2)), 2)
+    assert (drain.bds, drain.repeat_count) == ((SlotBd(0, 1, 1), SlotBd(1, 1, 1)), 4)
+    # column 5 works on column blocks 5 and 13, 64 x 1024 / 8 blocks each
+    b = [s.tap for s in tasks(design, Fill, fifo="B5_in")]
+    assert b == [
+        TAP(5 * 8192, (1, 1, 1, 8192), (0, 0, 0, 1)),
+        TAP(13 * 8192, (1, 1, 1, 8192), (0, 0, 0, 1)),
+    ]
+    a = tasks(design, Fill, fifo="A3")
+    assert len(a) == 2  # once per block: every column of the row reads it
+    assert a[1].tap == TAP(3 * 64 * 1024, (2, 2, 64, 512), (256 * 1024, 512, 1024, 1))
+    c = [s.tap for s in tasks(design, Drain, fifo="C5")]
+    assert len(c) == 4  # per block, per unit
+    # unit 1 of block 13: chunk q of core row r holds rows r*64 + q*8 .. + 8
+    assert c[3] == TAP(13 * 64 + 256 * 1024, (8, 4, 8, 64), (8 * 1024, 64 * 1024, 1024, 1))
+
+
+def test_streamed_sequence():
+    design = design_of(FLMGemm(512, 6144, 1024).resolve(NPU2))
+    fill = tasks(design, PoolTask, link="pool0", fill=True)
+    assert [t.repeat_count for t in fill] == [6]  # 3 passes per block, both blocks in one push
+    assert fill[0].bds == tuple(SlotBd(i, 1, 1) for i in range(8))
+    b = tasks(design, Fill, fifo="B0_in")[0].tap
+    assert (b.sizes, b.strides) == ((2, 1, 1, 12 * 4096), (0, 0, 0, 1))  # re-read per unit
 
 
 def test_pushes_split_at_the_repeat_count():
-    (slab,) = FLMGemm(256 * 240, 10240, 512).program(NPU2).slabs  # 240 x 20 / 8 = 600 passes
-    pushes = slab.columns[0].drain.pushes
-    assert [(p.block, p.repeat_count) for p in pushes] == [(0, 256), (0, 256), (0, 88)]
+    assert pushes(1, 600, NPU2) == [Push(0, 256), Push(0, 256), Push(0, 88)]
+    short = attrs.evolve(NPU2, max_repeat_count=64)  # 48 x 20 / 8 = 120 passes
+    design = design_of(FLMGemm(256 * 48, 10240, 512).resolve(short))
+    drains = tasks(design, PoolTask, link="pool0", fill=False)
+    assert [t.repeat_count for t in drains] == [64, 56]
 
 
 def test_trailing_partial_column_group():
-    program = FLMGemm(256, 512, 1536).program(NPU2)  # tile_n 128: 12 tiles over 8 columns
-    (slab,) = program.slabs
-    assert [c.blocks for c in slab.columns] == [(c, c + 8) for c in range(4)] + [
-        (c,) for c in range(4, 8)
-    ]
-    assert all(len(row) == 2 for row in slab.a)  # A still goes to every row twice
-    assert slab.columns[6].fill.pushes == (Push(0, 1),)
-    narrow = FLMGemm(256, 1024, 128).program(NPU2)  # 2 tiles: 6 columns idle
-    assert [len(c.b) for c in narrow.slabs[0].columns] == [1, 1, 0, 0, 0, 0, 0, 0]
-    assert narrow.slabs[0].columns[7].arm == () and narrow.slabs[0].columns[7].fill.pushes == ()
+    design = design_of(FLMGemm(256, 512, 1536).resolve(NPU2))  # tile_n 128: 12 tiles, 8 columns
+    assert [len(tasks(design, Fill, fifo=f"B{c}_in")) for c in range(8)] == [2] * 4 + [1] * 4
+    assert all(len(tasks(design, Fill, fifo=f"A{r}")) == 2 for r in range(4))  # every row, twice
+    assert [t.repeat_count for t in tasks(design, PoolTask, link="pool6", fill=True)] == [1]
+    narrow = design_of(FLMGemm(256, 1024, 128).resolve(NPU2))  # 2 tiles: 6 columns idle
+    assert [len(tasks(narrow, Fill, fifo=f"B{c}_in")) for c in range(8)] == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert not tasks(narrow, SetLock, link="pool7") and not tasks(narrow, PoolTask, link="pool7")

@@ -38,6 +38,11 @@ Each `Violation` prints as one line,
   `iter_count` in 1..`max_repeat_count` and only on a fifo with a memtile
   end; `repeat_count` in 1..`max_repeat_count` and not on a shim producer;
   objects in whole granules.
+- programmed pools (runtime-driven memtile pools): each pushed task's
+  `repeat_count` in 1..`max_repeat_count` and its BDs' acquire and release
+  values in 1..`max_lock_value`; each `SetLock` in 0..`max_lock_value`;
+  pushes queued per memtile channel (until their group finishes) up to
+  `task_queue_depth`.
 - kernel calls: the kernel's argument count; a Memref argument takes an
   acquired object (held at the call) or a core buffer of its element type
   and count; a Scalar takes an int or a Param.
@@ -78,6 +83,7 @@ from iron.design.model import (
     Param,
     Release,
     Scalar,
+    SetLock,
     Tile,
     element_type,
     walk,
@@ -86,6 +92,8 @@ from iron.design.place import place
 from iron.design.usage import (
     MM2S,
     S2MM,
+    link_pool,
+    pool_pushes,
     shim_tasks,
     tile_of,
     transfer_tap,
@@ -149,7 +157,7 @@ def check(design: Design) -> Report:
     violations = list(_placement(design))
     rules = [_fifos, _workers, _transfers, _reorders, _block_float]
     if not violations:
-        rules += [_tiles, _live_tasks]
+        rules += [_tiles, _live_tasks, _pool_tasks]
     for rule in rules:
         violations += rule(design)
     return Report(name, tuple(violations))
@@ -286,6 +294,41 @@ def _live_tasks(design: Design):
             )
 
 
+def _pool_tasks(design: Design):
+    device = design.device
+    most = device.max_lock_value
+    over = set()
+    for push in pool_pushes(design):
+        task, v = push.task, _reporter(design, push.tile, push.subject)
+        if not 1 <= task.repeat_count <= device.max_repeat_count:
+            yield v("repeat_count", task.repeat_count, f"1..{device.max_repeat_count}", "outside")
+        for bd in task.bds:
+            for what, value in (("acquire", bd.acquire), ("release", bd.release)):
+                if not 1 <= value <= most:
+                    yield v(
+                        f"slot {bd.slot} {what}",
+                        value,
+                        f"1..{most}",
+                        "outside",
+                        detail="a lock holds 0..max_lock_value",
+                    )
+        channel = (task.link, task.fill)
+        if push.channel_live > device.task_queue_depth and channel not in over:
+            over.add(channel)
+            yield v(
+                "tasks queued on the channel",
+                push.channel_live,
+                device.task_queue_depth,
+                detail="a push holds its channel's queue until its group finishes",
+            )
+    for index, statement in enumerate(design.sequence):
+        if isinstance(statement, SetLock) and not 0 <= statement.value <= most:
+            link = design.link(statement.link)
+            yield _reporter(design, link.tile, f"set_lock {index} (link {link.name})")(
+                f"slot {statement.slot} value", statement.value, f"0..{most}", "outside"
+            )
+
+
 # ---- access patterns -----------------------------------------------------------
 
 
@@ -362,13 +405,16 @@ def _reorders(design: Design):
                 v, sizes, strides, fifo.element.nbytes, limits, device.dma_granule, label=what
             )
             _, reach = _reach(sizes, strides)
-            if reach >= fifo.size:
+            size = fifo.size
+            if end.kind == "memtile" and design.link(end.name).kind == "forward":
+                size = link_pool(design, design.link(end.name))[0].size  # whole source objects
+            if reach >= size:
                 yield v(
                     f"{what} element",
                     reach,
-                    fifo.size,
+                    size,
                     ">=",
-                    detail=f"the object holds {fifo.size} elements",
+                    detail=f"the object holds {size} elements",
                 )
 
 

@@ -285,6 +285,11 @@ def _objectfifo(design: Design, fifo: ObjectFifo) -> str:
 
 
 def _link(design: Design, link: Link) -> str:
+    if link.programmed:
+        raise DesignError(
+            f"design {design.name}: link {link.name}: programmed pools (runtime-pushed memtile "
+            "tasks) are not emitted yet"
+        )
     fifos = f"{_list(f'@{f}' for f in link.sources)} -> {_list(f'@{f}' for f in link.destinations)}"
     if link.kind == "forward":
         return f"aie.objectfifo.link {fifos}([] [])"

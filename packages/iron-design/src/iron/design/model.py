@@ -410,13 +410,27 @@ class Link:
     As mlir-aie lowers it, the memtile fills (split) or empties (join) the
     larger object one slice per small fifo, in the order listed, so the i-th
     piece of the stream is the i-th small fifo's slice whatever the offsets;
-    offsets place the slices in the memtile's buffer."""
+    offsets place the slices in the memtile's buffer.
+
+    A forward's destination objects may be smaller than its source's (they
+    divide them): the memtile sends each source object whole, in one BD,
+    and the consumers take it in destination objects.
+
+    A `programmed` forward is a pool the runtime drives: its memtile DMAs
+    run no chain of their own. Each slot (source object) has its own
+    producer and consumer lock, both starting at 0; the runtime sequence
+    sets producer locks (`SetLock`) and pushes chains of slot BDs onto the
+    memtile's two channels (`PoolTask`), each BD acquiring and releasing by
+    any value the device's locks hold. So one image serves pools whose
+    replay count and slot count are per-call values (a resident weight
+    block read once from DDR and sent to the cores many times)."""
 
     name: str
     sources: tuple[str, ...] = attrs.field(converter=tuple)
     destinations: tuple[str, ...] = attrs.field(converter=tuple)
     offsets: tuple[int, ...] = attrs.field(default=(), converter=_ints)
     tile: Tile | None = None
+    programmed: bool = False
 
     def __attrs_post_init__(self) -> None:
         where = f"link {self.name}"
@@ -427,6 +441,8 @@ class Link:
         many = max(len(self.sources), len(self.destinations))
         if self.offsets and len(self.offsets) != many:
             raise DesignError(f"{where}: {len(self.offsets)} offsets for {many} fifos")
+        if self.programmed and many > 1:
+            raise DesignError(f"{where}: a programmed pool is a forward of one fifo to one")
 
     @property
     def kind(self) -> str:
@@ -439,8 +455,10 @@ class Link:
         return (*self.sources, *self.destinations)
 
 
-def forward(name: str, source: str, destination: str, *, tile: Tile | None = None) -> Link:
-    return Link(name, (source,), (destination,), tile=tile)
+def forward(
+    name: str, source: str, destination: str, *, tile: Tile | None = None, programmed=False
+) -> Link:
+    return Link(name, (source,), (destination,), tile=tile, programmed=programmed)
 
 
 def split(name: str, source: str, destinations, offsets, *, tile: Tile | None = None) -> Link:
@@ -606,7 +624,45 @@ class SetBarrier:
     value: int = 1
 
 
-Statement = Fill | Drain | Finish | SetBarrier
+@attrs.frozen
+class SlotBd:
+    """One BD of a `PoolTask`: moves slot `slot` of the pool whole. A fill BD
+    acquires the slot's producer lock by `acquire` and releases its consumer
+    lock by `release`; a drain BD the other way round."""
+
+    slot: int
+    acquire: int = 1
+    release: int = 1
+
+
+@attrs.frozen
+class PoolTask:
+    """A chain of slot BDs pushed onto a programmed link's memtile channel,
+    walked `repeat_count` times: `fill` takes the source fifo's stream into
+    slots (S2MM), otherwise the slots go out to the destination fifo
+    (MM2S). The push holds a slot of the channel's task queue until its
+    `group` finishes (the runtime never awaits it: the data it moves is
+    awaited through the tasks that depend on it)."""
+
+    link: str
+    fill: bool
+    bds: tuple[SlotBd, ...] = attrs.field(converter=tuple)
+    repeat_count: int = 1
+    group: str = "default"
+
+
+@attrs.frozen
+class SetLock:
+    """Set the producer lock of slot `slot` of programmed link `link` to
+    `value` (`aiex.set_lock`): how the runtime arms a pool for this call,
+    whatever the previous call left there."""
+
+    link: str
+    slot: int
+    value: int
+
+
+Statement = Fill | Drain | Finish | SetBarrier | PoolTask | SetLock
 
 
 # ---- the design ---------------------------------------------------------------------
@@ -757,16 +813,24 @@ def _check_structure(design: Design) -> None:
         small = link.destinations if link.kind == "split" else link.sources
         big = fifos[link.sources[0] if link.kind == "split" else link.destinations[0]]
         for fifo_name, offset in zip(small, link_offsets(design, link)):
-            if offset < 0 or offset + fifos[fifo_name].size > big.size:
+            if link.kind != "forward" and (offset < 0 or offset + fifos[fifo_name].size > big.size):
                 raise DesignError(
                     f"{where}: fifo {fifo_name} at offset {offset} ({fifos[fifo_name].size} elements) "
                     f"runs past the {big.size}-element object of {big.name}"
                 )
         if (
             link.kind == "forward"
-            and fifos[link.sources[0]].size != fifos[link.destinations[0]].size
+            and fifos[link.sources[0]].size % fifos[link.destinations[0]].size
         ):
-            raise DesignError(f"{where}: a forward moves objects of one size")
+            raise DesignError(
+                f"{where}: a forward's destination objects divide its source's "
+                f"({fifos[link.destinations[0]].size} does not divide {fifos[link.sources[0]].size})"
+            )
+        if link.programmed and (
+            fifos[link.sources[0]].consumer("memtile", link.name).dims_from_stream
+            or fifos[link.destinations[0]].dims_to_stream
+        ):
+            raise DesignError(f"{where}: a programmed pool moves whole slots, without dimensions")
         for fifo in fifos.values():
             if fifo.role_of("memtile", link.name) and fifo.name not in link.fifos:
                 raise DesignError(
@@ -844,8 +908,29 @@ def _check_structure(design: Design) -> None:
         elif isinstance(statement, SetBarrier):
             if statement.barrier not in design.barriers:
                 raise DesignError(f"{where}: sets undeclared barrier {statement.barrier!r}")
+        elif isinstance(statement, (PoolTask, SetLock)):
+            _check_pool_statement(design, where, links, statement)
         elif not isinstance(statement, Finish):
-            raise DesignError(f"{where}: {statement!r} is not a Fill, Drain, Finish or SetBarrier")
+            raise DesignError(
+                f"{where}: {statement!r} is not a Fill, Drain, Finish, SetBarrier, PoolTask "
+                "or SetLock"
+            )
+
+
+def _check_pool_statement(design: Design, where: str, links, statement) -> None:
+    link = links.get(statement.link)
+    if link is None or not link.programmed:
+        raise DesignError(f"{where}: {statement.link!r} is not a programmed link of the design")
+    source = design.fifo(link.sources[0])
+    slots = source.depth_at(source.consumer("memtile", link.name))
+    used = (
+        [bd.slot for bd in statement.bds] if isinstance(statement, PoolTask) else [statement.slot]
+    )
+    if isinstance(statement, PoolTask) and not used:
+        raise DesignError(f"{where}: a pool task has at least one BD")
+    bad = [slot for slot in used if not 0 <= slot < slots]
+    if bad:
+        raise DesignError(f"{where}: link {link.name} has slots 0..{slots - 1}, not slot {bad[0]}")
 
 
 def link_offsets(design: Design, link: Link) -> tuple[int, ...]:

@@ -41,6 +41,14 @@ after that many passes over its chain of BDs (mlir-aie's BD-chain task
 count); other channels cycle forever. Dimensions address from the BD's
 offset (a slice's offset in a split or join).
 
+A programmed pool (`Link.programmed`) has a lock pair per slot, both
+starting at 0, and its two memtile channels run only what the runtime
+pushes: each `PoolTask` queues its chain of slot BDs `repeat_count` times
+on its channel, and each BD acquires its slot's lock by its `acquire`
+value, moves the slot whole and releases the other lock by its `release`
+value (a lock driven above `max_lock_value` is a `LockError`). `SetLock`
+sets a slot's producer lock.
+
 Streams. A fifo's elements leave its producer's channel and reach every
 consumer's channel in lockstep: they move only when every consumer has a
 BD ready, as many as the smallest of them can take, so a broadcast waits
@@ -89,8 +97,10 @@ from iron.design.model import (
     Obj,
     ObjectFifo,
     Param,
+    PoolTask,
     Release,
     SetBarrier,
+    SetLock,
     Tile,
     WaitBarrier,
     Worker,
@@ -115,6 +125,10 @@ class DeadlockError(SimulationError):
     def __init__(self, message: str, blocked: tuple[Blocked, ...]):
         super().__init__(message)
         self.blocked = blocked
+
+
+class LockError(SimulationError):
+    """A lock released above the most it can hold (`max_lock_value`)."""
 
 
 class OutOfBoundsError(SimulationError):
@@ -286,6 +300,7 @@ class Pool:
         self.slots = np.zeros((depth, *fifo.shape), fifo.element.numpy)
         self.flat = self.slots.reshape(depth, -1)
         self.parts = [Part(self, *part) for part in parts]
+        self.slot_locks: list[tuple[Lock, Lock]] = []  # a programmed pool's, per slot
 
 
 class Part:
@@ -632,6 +647,75 @@ class WorkerRun:
         )
 
 
+class ProgrammedChannel(Channel):
+    """A memtile channel of a programmed pool: it runs the slot BDs the
+    runtime pushed onto it, in order, under per-slot locks."""
+
+    def __init__(self, label, nbytes, traffic, pool: Pool, sends: bool, max_lock: int):
+        super().__init__(label, nbytes, traffic)
+        self.pool, self.sends, self.max_lock = pool, sends, max_lock
+        self.steps: collections.deque = collections.deque()  # (task label, SlotBd)
+
+    def push(self, label: str, task) -> None:
+        self.steps.extend((label, bd) for _ in range(task.repeat_count) for bd in task.bds)
+
+    def locks(self, slot: int) -> tuple[Lock, Lock]:
+        """(the lock a BD on `slot` takes, the lock it gives)."""
+        free, full = self.pool.slot_locks[slot]
+        return (full, free) if self.sends else (free, full)
+
+    def arm(self) -> bool:
+        if self.data is not None or self.buffer is not None:
+            return True
+        if not self.steps:
+            return False
+        _, bd = self.steps[0]
+        take, _ = self.locks(bd.slot)
+        if take.value < bd.acquire:
+            return False
+        take.value -= bd.acquire
+        row = self.pool.flat[bd.slot]
+        if self.sends:
+            self.data, self.sent = row, 0
+        else:
+            self.buffer, self.got = row, 0
+        return True
+
+    def sent_all(self) -> None:
+        self.data = None
+        self._finish()
+
+    def received(self) -> None:
+        self.buffer = None
+        self._finish()
+
+    def _finish(self) -> None:
+        label, bd = self.steps.popleft()
+        _, give = self.locks(bd.slot)
+        give.value += bd.release
+        if give.value > self.max_lock:
+            raise LockError(
+                f"{label}: its BD on slot {bd.slot} raises {give} to {give.value}, above the "
+                f"device's max lock value {self.max_lock}"
+            )
+
+    def blocked(self) -> Blocked | None:
+        """What a channel with BDs left waits on."""
+        if not self.steps or self.data is not None or self.buffer is not None:
+            return None
+        label, bd = self.steps[0]
+        take, _ = self.locks(bd.slot)
+        return Blocked(
+            f"{label} ({self.label})",
+            f"its BD on slot {bd.slot} waits on {take} for {bd.acquire} (it has {take.value}); "
+            f"{len(self.steps)} BDs left",
+            take.fifo,
+            take.kind,
+            bd.acquire,
+            take.value,
+        )
+
+
 # ---- the runtime sequence ------------------------------------------------------------------
 
 
@@ -679,6 +763,13 @@ class SequenceRun:
                 self.finish_at = f"sequence[{self.pc}] (finish of group {statement.group})"
         elif isinstance(statement, SetBarrier):
             self.machine.barriers[statement.barrier] = statement.value
+        elif isinstance(statement, PoolTask):
+            way = "fill" if statement.fill else "drain"
+            channel = self.machine.programmed[statement.link, statement.fill]
+            channel.push(f"sequence[{self.pc}] {way} of link {statement.link}", statement)
+        elif isinstance(statement, SetLock):
+            free, _ = self.machine.link_pools[statement.link].slot_locks[statement.slot]
+            free.value = statement.value
 
     def blocked(self) -> Blocked:
         waits = [t for t in self.groups[self.finishing] if t.statement.wait and not t.complete]
@@ -705,6 +796,7 @@ class _Machine:
         self.link_pools = {link.name: self._link_pool(link) for link in design.links}
         self.worker_ports: dict[str, dict[str, Port]] = {w.name: {} for w in design.workers}
         self.shim_channels: dict[tuple[str, bool], ShimChannel] = {}
+        self.programmed: dict[tuple[str, bool], ProgrammedChannel] = {}  # (link, fill)
         self.streams = [s for f in design.fifos if (s := self._connect(f)) is not None]
         self.workers = [WorkerRun(self, w, self.worker_ports[w.name]) for w in design.workers]
         self.sequence = SequenceRun(self, self._tasks())
@@ -741,7 +833,16 @@ class _Machine:
             big = fifo(link.sources[0])
             depth = big.depth_at(big.consumer("memtile", link.name))
         if link.kind == "forward":
-            return self._pool(where, link.tile, depth, big)
+            pool = self._pool(where, link.tile, depth, big)
+            if link.programmed:
+                pool.slot_locks = [
+                    (
+                        Lock(big.name, f"producer slot {i}", where, 0),
+                        Lock(big.name, f"consumer slot {i}", where, 0),
+                    )
+                    for i in range(depth)
+                ]
+            return pool
         small = link.destinations if link.kind == "split" else link.sources
         offsets = link_offsets(self.design, link)
         parts = [(name, o, fifo(name).size) for name, o in zip(small, offsets)]
@@ -782,6 +883,18 @@ class _Machine:
         else:
             pool = self.link_pools[end.name]
             link = self.design.link(end.name)
+            if link.programmed:
+                label = f"{pool.where} {direction} of fifo {fifo.name}"
+                channel = ProgrammedChannel(
+                    label,
+                    nbytes,
+                    self._tile_traffic(pool.tile),
+                    pool,
+                    sends,
+                    self.design.device.max_lock_value,
+                )
+                self.programmed[link.name, not sends] = channel
+                return channel
             small = link.destinations if link.kind == "split" else link.sources
             parts = (
                 [p for p in pool.parts if p.fifo == fifo.name] if fifo.name in small else pool.parts
@@ -864,11 +977,23 @@ class _Machine:
         for stream in self.streams:
             for channel in (stream.source, *stream.sinks):
                 stuck = _stuck(channel, stream)
+                if stuck is None and isinstance(channel, ProgrammedChannel):
+                    stuck = channel.blocked()
                 if stuck is not None:
                     causes.append(stuck)
                 elif (room := _waiting_for_room(channel)) is not None:
                     at_rest.append(room)
         for pool in self.pools:
+            for i, (_, full) in enumerate(pool.slot_locks):
+                if full.value:
+                    causes.append(
+                        Blocked(
+                            f"slot {i} of {pool.where}",
+                            f"filled, {full.value} uses never sent",
+                            full.fifo,
+                            "consumer",
+                        )
+                    )
             for part in pool.parts:
                 if part.full.value:
                     causes.append(

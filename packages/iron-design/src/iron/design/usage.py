@@ -38,6 +38,10 @@ The rules, from the lowering:
   `iter_count` repeats in hardware with one BD. A shim channel takes one BD
   per runtime task queued on it: a Fill or Drain is live from its statement
   until its group's `Finish` (or the end of the sequence).
+- A programmed pool (`Link.programmed`) takes a lock pair per slot, both
+  starting at 0, and each of its memtile channels as many BDs as the
+  longest chain the runtime pushes onto it. A forward's memtile sends each
+  source object in one BD, so both its channels move source objects.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from iron.design.model import (
     Finish,
     Link,
     ObjectFifo,
+    PoolTask,
     Tile,
 )
 from iron.design.place import place
@@ -186,7 +191,19 @@ def usage(design: Design) -> dict[Tile, TileUsage]:
                 if lanes > 1:  # the pool's own channel moves one slice per BD
                     slices = [design.fifo(f) for f in link.fifos if f != pool.name]
                     words = max(_words(f.nbytes, device.dma_granule) for f in slices)
-                bds = _bds(pool.depth_at(pool_end), repeat, lanes, fifo.iter_count is not None)
+                if link.kind == "forward":
+                    words = _words(pool.nbytes, device.dma_granule)
+                if link.programmed:
+                    chains = [
+                        len(t.bds)
+                        for t in design.sequence
+                        if isinstance(t, PoolTask)
+                        and t.link == link.name
+                        and t.fill == (direction == S2MM)
+                    ]
+                    bds = max(chains, default=0)
+                else:
+                    bds = _bds(pool.depth_at(pool_end), repeat, lanes, fifo.iter_count is not None)
             spills = endpoint.kind == "memtile" and endpoint.name in spilled
             ends.append((tile, direction, fifo.name, bds, words, spills))
 
@@ -258,6 +275,38 @@ def shim_tasks(design: Design) -> list[ShimTask]:
                     words,
                 )
             )
+    return out
+
+
+@attrs.frozen
+class PoolPush:
+    """A `PoolTask` as it is pushed: the memtile tile and the pushes then
+    queued on its channel (its own included)."""
+
+    index: int  # in the sequence
+    task: PoolTask
+    tile: Tile
+    channel_live: int
+
+    @property
+    def subject(self) -> str:
+        way = "fill" if self.task.fill else "drain"
+        return f"pool task {self.index} ({way} of link {self.task.link})"
+
+
+def pool_pushes(design: Design) -> list[PoolPush]:
+    """Every `PoolTask` of the placed `design`, in sequence order; a push
+    stays queued until its group finishes, as a shim task does."""
+    live: dict[str, list[tuple[str, bool]]] = {}
+    out = []
+    for index, statement in enumerate(design.sequence):
+        if isinstance(statement, Finish):
+            live.pop(statement.group, None)
+        elif isinstance(statement, PoolTask):
+            channel = (statement.link, statement.fill)
+            live.setdefault(statement.group, []).append(channel)
+            queued = sum(c == channel for tasks in live.values() for c in tasks)
+            out.append(PoolPush(index, statement, design.link(statement.link).tile, queued))
     return out
 
 
@@ -354,6 +403,9 @@ def _place_memtile_pools(design: Design, memory, locks) -> set[str]:
             )
         if set(placed) != {home}:
             spilled.add(link.name)
+        if link.programmed:  # a pair per slot, armed by the runtime
+            locks[home].append(Locks(fifo.name, 2 * depth, 0))
+            continue
         repeats = (design.fifo(f).repeat_count for f in link.destinations)
         repeat = next((r for r in repeats if r), 1)
         locks[home].append(Locks(fifo.name, 2 * (len(link.fifos) - 1), depth * repeat))

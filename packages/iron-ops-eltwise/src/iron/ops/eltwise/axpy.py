@@ -35,3 +35,20 @@ class AXPY(Binary):
 
     def tolerance(self, device=None, *, inputs=None):
         return ROUNDED
+
+    @staticmethod
+    def design(size, tile_size, num_aie_columns, num_channels, scalar_factor, device):
+        from iron.ops.eltwise.line_kernels import axpy_model, float_bits, shipped_kernel
+        from iron.ops.eltwise.streaming import elementwise_design
+
+        return elementwise_design(
+            "axpy",
+            device,
+            "x y out",
+            size=size,
+            tile=tile_size,
+            columns=num_aie_columns,
+            channels=num_channels,
+            kernel=shipped_kernel("iron_axpy_bf16", 2, tile_size, 1, axpy_model),
+            extra=(float_bits(scalar_factor),),
+        )

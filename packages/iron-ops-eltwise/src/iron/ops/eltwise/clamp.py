@@ -29,3 +29,20 @@ class Clamp(Unary):
 
     def tolerance(self, device=None, *, inputs=None):
         return VALUE_EXACT
+
+    @staticmethod
+    def design(size, tile_size, num_aie_columns, num_channels, lo, hi, device):
+        from iron.ops.eltwise.line_kernels import clamp_model, float_bits, shipped_kernel
+        from iron.ops.eltwise.streaming import elementwise_design
+
+        return elementwise_design(
+            "clamp",
+            device,
+            "x y",
+            size=size,
+            tile=tile_size,
+            columns=num_aie_columns,
+            channels=num_channels,
+            kernel=shipped_kernel("iron_clamp_bf16", 1, tile_size, 2, clamp_model),
+            extra=(float_bits(lo), float_bits(hi)),
+        )

@@ -87,3 +87,22 @@ class Dequant(Operator):
 
     def tolerance(self, device=None, *, inputs=None):
         return ROUNDED
+
+    @staticmethod
+    def design(size, tile_size, group_size, tile_bytes, num_aie_columns, num_channels, device):
+        """A tile's codes and its scales travel as one object, so every
+        group's scale arrives with its codes."""
+        from iron.ops.eltwise.line_kernels import dequant_kernel
+        from iron.ops.eltwise.streaming import Stream, streaming_design
+
+        return streaming_design(
+            "dequant",
+            device,
+            inputs=(Stream("x", tile_bytes, "u8"),),
+            output=Stream("y", tile_size),
+            lines=size // tile_size,
+            columns=num_aie_columns,
+            channels=num_channels,
+            kernel=dequant_kernel(tile_size, tile_bytes),
+            scalars=(tile_size, group_size),
+        )

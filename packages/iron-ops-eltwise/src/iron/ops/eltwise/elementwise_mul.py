@@ -19,3 +19,19 @@ class ElementwiseMul(Binary):
 
     def tolerance(self, device=None, *, inputs=None):
         return ROUNDED
+
+    @staticmethod
+    def design(size, tile_size, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise.line_kernels import binary_kernel
+        from iron.ops.eltwise.streaming import elementwise_design
+
+        return elementwise_design(
+            "elementwise_mul",
+            device,
+            "a b y",
+            size=size,
+            tile=tile_size,
+            columns=num_aie_columns,
+            channels=num_channels,
+            kernel=binary_kernel("mul", tile_size),
+        )

@@ -5,13 +5,18 @@ import numpy as np
 
 from iron.core import bf16
 from iron.core.numerics import sigmoid
-from iron.ops.eltwise.common import ELEMENTWISE_CASES, Unary, approximated
+from iron.ops.eltwise.common import ELEMENTWISE_CASES, Activation, approximated
 
 _SQRT_2_OVER_PI = np.float32(np.sqrt(2 / np.pi))
 
+#: the kernel's worst absolute error beyond its device's rtol, over every finite
+#: bf16 input up to 2^32 in magnitude: 2.59e-3 (aie2, the lookup table) and 2.72e-3
+#: (aie2p), rounded up; tests/test_designs_streaming.py measures it
+KERNEL_ATOL = 3e-3
+
 
 @attrs.frozen
-class GELU(Unary):
+class GELU(Activation):
     """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh
     approximation (PyTorch's approximate="tanh"), the form IRON's GELU
     kernels are tested against. The reference evaluates the identical x *
@@ -26,4 +31,20 @@ class GELU(Unary):
         return (x * sigmoid(z)).astype(bf16)
 
     def tolerance(self, device=None, *, inputs=None):
-        return approximated(device or self.device)
+        return approximated(device or self.device, KERNEL_ATOL)
+
+    @staticmethod
+    def design(size, tile_size, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise.line_kernels import activation_kernel
+        from iron.ops.eltwise.streaming import elementwise_design
+
+        return elementwise_design(
+            "gelu",
+            device,
+            "x y",
+            size=size,
+            tile=tile_size,
+            columns=num_aie_columns,
+            channels=num_channels,
+            kernel=activation_kernel("gelu", tile_size, device.arch),
+        )

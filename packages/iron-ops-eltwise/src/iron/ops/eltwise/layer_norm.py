@@ -36,6 +36,12 @@ class LayerNorm(Operator):
     def tune(self, device):
         return default_array(self, device, self.rows)
 
+    @staticmethod
+    def design(rows, cols, eps, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise import rows as row_designs  # loads iron.design on first use
+
+        return row_designs.layer_norm(rows, cols, eps, num_aie_columns, num_channels, device)
+
     def reference(self, x):
         x = x.astype(np.float32)
         centred = x - np.mean(x, axis=-1, keepdims=True)
@@ -43,5 +49,7 @@ class LayerNorm(Operator):
         return (centred / np.sqrt(variance + np.float32(self.eps))).astype(bf16)
 
     def tolerance(self, device=None, *, inputs=None):
-        # the cores' inverse square root is an approximation
-        return approximated(device or self.device)
+        # the cores' inverse square root is an approximation; and the kernels
+        # subtract a bf16 mean, so an output near 0 keeps an absolute error
+        # of about |mean| / std * 2^-9 (measured under 2^-8 on unit-normal rows)
+        return approximated(device or self.device, kernel_atol=2**-8)

@@ -25,3 +25,20 @@ class LeakyReLU(Unary):
 
     def tolerance(self, device=None, *, inputs=None):
         return ROUNDED
+
+    @staticmethod
+    def design(size, tile_size, num_aie_columns, num_channels, alpha, device):
+        from iron.ops.eltwise.line_kernels import float_bits, leaky_relu_model, shipped_kernel
+        from iron.ops.eltwise.streaming import elementwise_design
+
+        return elementwise_design(
+            "leaky_relu",
+            device,
+            "x y",
+            size=size,
+            tile=tile_size,
+            columns=num_aie_columns,
+            channels=num_channels,
+            kernel=shipped_kernel("iron_leaky_relu_bf16", 1, tile_size, 1, leaky_relu_model),
+            extra=(float_bits(alpha),),
+        )

@@ -12,6 +12,12 @@ class MemCopy(Unary):
 
     cases = ELEMENTWISE_CASES
 
+    @staticmethod
+    def design(size, tile_size, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise import movers  # loads iron.design on first use
+
+        return movers.mem_copy(size, tile_size, num_aie_columns, num_channels, device)
+
     def reference(self, x):
         return x.copy()
 

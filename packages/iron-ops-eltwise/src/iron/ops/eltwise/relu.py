@@ -18,3 +18,19 @@ class ReLU(Unary):
 
     def tolerance(self, device=None, *, inputs=None):
         return VALUE_EXACT
+
+    @staticmethod
+    def design(size, tile_size, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise.line_kernels import relu_kernel
+        from iron.ops.eltwise.streaming import elementwise_design
+
+        return elementwise_design(
+            "relu",
+            device,
+            "x y",
+            size=size,
+            tile=tile_size,
+            columns=num_aie_columns,
+            channels=num_channels,
+            kernel=relu_kernel(tile_size),
+        )

@@ -88,6 +88,12 @@ class Repeat(Operator):
             f"(unsplit: {self._split_problem(1)})",
         )
 
+    @staticmethod
+    def design(rows, cols, repeat, split, dtype, device):
+        from iron.ops.eltwise import movers  # loads iron.design on first use
+
+        return movers.repeat(rows, cols, repeat, split, device, dtype)
+
     def reference(self, x):
         return np.repeat(x, self.repeat, axis=0)
 

@@ -49,6 +49,18 @@ class RMSNorm(Operator):
         rows = self.size // self.tile_size
         return default_array(self, device, rows, replicated=int(self.weighted))
 
+    @property
+    def rows(self) -> int:
+        return self.size // self.tile_size
+
+    @staticmethod
+    def design(tile_size, rows, weighted, eps, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise import rows as row_designs  # loads iron.design on first use
+
+        return row_designs.rms_norm(
+            tile_size, rows, weighted, eps, num_aie_columns, num_channels, device
+        )
+
     def reference(self, x, weight=None):
         x = x.astype(np.float32)
         y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(self.eps))

@@ -73,6 +73,14 @@ class RoPE(Operator):
     def tune(self, device):
         return default_array(self, device, self.angle_rows, streams=2)
 
+    @staticmethod
+    def design(rows, cols, angle_rows, method, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise import rows as row_designs  # loads iron.design on first use
+
+        return row_designs.rope(
+            rows, cols, angle_rows, method, num_aie_columns, num_channels, device
+        )
+
     def reference(self, x, angles):
         x, angles = x.astype(np.float32), angles.astype(np.float32)
         per_angle_row = self.rows // self.angle_rows

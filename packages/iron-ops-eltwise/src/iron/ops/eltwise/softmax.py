@@ -53,6 +53,13 @@ class Softmax(Operator):
     def tune(self, device):
         return default_array(self, device, self.rows)
 
+    @staticmethod
+    def design(rows, cols, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise import rows as row_designs  # loads iron.design on first use
+
+        # `valid` is the design's runtime parameter "valid", the kernel's length
+        return row_designs.softmax(rows, cols, num_aie_columns, num_channels, device)
+
     def reference(self, x, *, valid):
         self._check_valid(valid)
         n = self.cols if valid is None else int(valid)

@@ -144,6 +144,19 @@ class StridedCopy(Operator):
                     f"(a multiple of {per_word} {dtype_name(self.dtype)} elements)"
                 )
 
+    @staticmethod
+    def design(
+        input_buffer_size, output_buffer_size, sizes, strides, in_offset, out_offset, dtype, device
+    ):
+        from iron.ops.eltwise import movers  # loads iron.design on first use
+
+        # the offsets are the operator's per-call members as bound here: a design
+        # serves one (in_offset, out_offset); see the README on runtime patching
+        return movers.strided_copy(
+            input_buffer_size, output_buffer_size, sizes, strides,
+            int(in_offset), int(out_offset), device, dtype,
+        )  # fmt: skip
+
     def reference(self, x, y, *, in_offset, out_offset):
         self._check_offsets(in_offset, out_offset)
         index = int(in_offset) + sum(

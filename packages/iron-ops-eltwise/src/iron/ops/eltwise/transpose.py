@@ -109,6 +109,12 @@ class Transpose(Operator):
             "num_aie_columns": columns,
         }
 
+    @staticmethod
+    def design(M, N, tile_m, tile_n, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise import movers  # loads iron.design on first use
+
+        return movers.transpose(M, N, tile_m, tile_n, num_aie_columns, num_channels, device)
+
     def reference(self, x):
         return x.T.copy()
 

@@ -1,11 +1,11 @@
 """iron-ops-flm: the FastFlowLM-shaped GEMM (one image for every shape, a
-memtile B pool armed per shape), bfp16ebs8 packing, DequantBFP and the
-schedule model.
+memtile B pool armed per shape) and its iron-design design, bfp16ebs8
+packing and DequantBFP.
 
 Importing this package imports no operator module: `from iron.ops.flm
 import FLMGemm` imports `iron.ops.flm.gemm` (and what it needs) on first
 use. The rest lives in its modules: `iron.ops.flm.packing`, `.schedule`,
-`.model`."""
+`.design`."""
 
 from iron.core.lazy import lazy_exports
 from iron.ops.flm.plugin import OPERATORS

@@ -69,6 +69,16 @@ def _blocks(q, K: int, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return values, index // (K // BLOCK_K) * BLOCK_N, index % (K // BLOCK_K) * BLOCK_K
 
 
+def encode_block(block, out) -> None:
+    """One q4nx block (5120 bytes) to its 1024 bfp16ebs8 blocks, in B's
+    packed order within the block: (k-slice 2, n/8 4, k/8 16, n%8 8), as a
+    core writes them (the design's kernel model)."""
+    values, _, _ = _blocks(np.asarray(block).view(np.uint8), BLOCK_K, BLOCK_N)
+    weights = round_to_bf16(values[0], floor=True).astype(np.float32)  # (32 n, 256 k)
+    encoded = to_bfp16ebs8(weights, Rounding.FLOOR).reshape(BLOCK_N // T, T, 2, CT_K // S, 9)
+    out.view(np.uint8).reshape(-1, GROUP_BYTES)[:] = encoded.transpose(2, 0, 3, 1, 4).reshape(-1, 9)
+
+
 def dequantize(q, K: int, N: int) -> np.ndarray:
     """The (K, N) bf16 weights a q4nx matrix holds, as the cores compute them
     (float32 min + scale * code, rounded toward -inf)."""
@@ -146,6 +156,16 @@ class DequantBFP(Operator):
         out = np.empty((self.K * self.N // GROUP, GROUP_BYTES), np.uint8)
         out[place.reshape(-1)] = encoded.reshape(-1, GROUP_BYTES)
         return out
+
+    @staticmethod
+    def design(K, N, device):
+        """One core per column: each takes a column block's q4nx blocks (two
+        rows of 32 n) straight from DDR, one block at a time, and sends the
+        1024 bfp16ebs8 blocks of each to DDR, where the drain's pattern puts
+        them in B's packed order (`iron.ops.flm.design.dequant_design`)."""
+        from iron.ops.flm.design import dequant_design
+
+        return dequant_design(K, N, device)
 
     def tolerance(self, device=None, *, inputs=None) -> Tolerance:
         return Tolerance.exact()

@@ -338,6 +338,19 @@ class FLMGemm(Operator):
         op = self.on(device)
         return memtile_pool(op.device, op.tile_n, op.b_format)
 
+    @staticmethod
+    def design(
+        M, K, N, epilogue, clamp, rounding, b_format, epilogue_modes, tile_n, ct_k, tile_ma, device
+    ):
+        """The iron-design `Design` of this call: its configuration's image
+        and this shape's runtime sequence (`iron.ops.flm.design`)."""
+        from iron.ops.flm import design
+
+        fields = dict(M=M, K=K, N=N, epilogue=epilogue, clamp=clamp, rounding=rounding)
+        fields.update(b_format=b_format, epilogue_modes=epilogue_modes)
+        op = FLMGemm(**fields, tile_n=tile_n, ct_k=ct_k, tile_ma=tile_ma, device=device)
+        return design.build(op)
+
     def program(self, device: Device | None = None, *, resident: bool = True) -> Program:
         """The per-shape schedule as plain data. `resident=False` streams
         every slab (B read once per unit, as a per-row-block fifo would)."""

@@ -110,10 +110,13 @@ def from_bfp16ebs8(blocks) -> np.ndarray:
         raise ValueError(
             f"from_bfp16ebs8: blocks are {GROUP_BYTES} bytes on the last axis, got shape {blocks.shape}"
         )
-    exponent = blocks[..., :1].astype(np.int32) - EXPONENT_BIAS
-    mantissa = blocks[..., 1:].view(np.int8).astype(np.float32)
-    values = np.ldexp(mantissa, exponent)
+    # a float64 product is exact; one cast rounds it as float32 ldexp would
+    scale = _SCALES[blocks[..., :1]]
+    values = (blocks[..., 1:].view(np.int8) * scale).astype(np.float32)
     return values.reshape(*blocks.shape[:-2], -1)
+
+
+_SCALES = np.ldexp(1.0, np.arange(256) - EXPONENT_BIAS)  # 2**(E - 133) per exponent byte
 
 
 def packed_b_size(K: int, N: int, b_format: BFormat = BFormat.BFP16) -> int:
@@ -180,7 +183,19 @@ def unpack_b(packed, K: int, N: int, tile_n: int, ct_k: int, b_format: BFormat) 
     return blocked.transpose(order).reshape(K, N)
 
 
-def read_slot(slot, tile_n: int, ct_k: int, b_format: BFormat) -> np.ndarray:
-    """One memtile slot (a 512 x tile_n k-block of packed B) as the (512,
-    tile_n) float32 values a core multiplies by."""
-    return unpack_b(slot, K_BLOCK, tile_n, tile_n, ct_k, b_format)
+def read_chunk(chunk, tile_n: int, ct_k: int, b_format: BFormat) -> np.ndarray:
+    """One core's L1 chunk of packed B (ct_k x tile_n values of one k-slice,
+    bf16 values or bfp16ebs8 blocks in any container) as the (ct_k, tile_n)
+    float32 values the core multiplies by."""
+    b_format = BFormat(b_format)
+    if b_format is BFormat.BF16:
+        values = np.asarray(chunk).astype(np.float32).reshape(-1)
+        order = (1, 2, 0, 3)  # (tb, i, s, t) -> (i, s, tb, t)
+    else:
+        values = from_bfp16ebs8(np.asarray(chunk).view(np.uint8).reshape(-1, GROUP_BYTES))
+        order = (1, 3, 0, 2)  # (tb, i, t, s) -> (i, s, tb, t)
+    if values.size != ct_k * tile_n:
+        raise ValueError(
+            f"a ({ct_k}, {tile_n}) chunk holds {ct_k * tile_n} values, this one {values.size}"
+        )
+    return values.reshape(tile_n // T, ct_k // S, 8, 8).transpose(order).reshape(ct_k, tile_n)

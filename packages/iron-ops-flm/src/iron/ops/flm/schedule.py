@@ -1,36 +1,30 @@
-"""The per-shape program of `FLMGemm`, as plain data.
+"""The per-shape schedule of `FLMGemm`: the memtile B pool and the slab cut.
 
-The image (one per configuration) fixes the array: 4 compute rows x
-`device.columns` columns; A reaches each core row through a memtile
-ObjectFifo and is broadcast along the row; C is joined per column in the
-memtile. B has no ObjectFifo: a fifo's memtile descriptors are device
-configuration and would bake K and M into the shared image. Instead every
+B has no ObjectFifo: a fifo's memtile descriptors are device configuration
+and would bake K and M into the image every shape shares. Instead every
 column's memtile holds a pool of k-block slots, each with a producer and a
-consumer lock, and the per-shape program arms it:
+consumer lock, which each call arms:
 
 - a *unit* is one row block of 64 x compute_rows rows of A and C;
 - M is cut into *slabs* of units. A slab is *resident* when its k-blocks fit
   the pool and its units fit a lock's range: DDR reads each column block of
   B once and the memtile replays it to every unit. Otherwise it is
   *streamed*: the pool turns over like a fifo and B is read once per unit;
-- for each slab: one A transfer per row per column block, and per column one
-  B and one C transfer per column block it works on, two memtile tasks (the
-  fill from the shim, the drain to the column's cores) with their lock
-  operations, pushed in pieces of at most `max_repeat_count` passes, and the
-  runtime parameters (RTP words) the cores read.
+- the pool's two memtile tasks (the fill from the shim, the drain to the
+  column's cores) are pushed in pieces of at most `max_repeat_count`
+  passes, each at the first column block it covers.
 
-Every limit comes from the `Device`; the only constants here are the
-kernel's geometry and B_MAX_SLOTS (how many memtile BDs the compiler leaves
-the pool, its choice rather than the target model's).
+`iron.ops.flm.design` turns this into the design's runtime sequence. Every
+limit comes from the `Device`; the only constants here are the kernel's
+geometry and B_MAX_SLOTS (how many memtile BDs the compiler leaves the
+pool, its choice rather than the target model's).
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 
 import attrs
-import numpy as np
 
 from iron.core import Device
 from iron.ops.flm.packing import GROUP, K_BLOCK, BFormat, packed_b_size
@@ -76,46 +70,6 @@ def memtile_pool(device: Device, tile_n: int, b_format: BFormat) -> Pool:
 
 
 @attrs.frozen
-class Transfer:
-    """One shim DMA task between a DDR buffer and a stream: the elements at
-    offset + sum(i[d] * strides[d]) for every index i over `sizes`,
-    outermost dimension first (elements of the buffer's type: bf16 values
-    for A and C, bfp16 blocks or bf16 values for B)."""
-
-    name: str
-    offset: int
-    sizes: tuple[int, ...] = attrs.field(converter=tuple)
-    strides: tuple[int, ...] = attrs.field(converter=tuple)
-
-    @property
-    def elements(self) -> int:
-        return math.prod(self.sizes)
-
-
-@attrs.frozen
-class LockOp:
-    """A lock operation on one slot's `prod` or `cons` lock. In a BD's
-    acquire: wait until the lock holds at least `value`, then take `value`;
-    in its release: add `value`; in a slab's arm: set the lock to `value`."""
-
-    lock: str  # "prod" | "cons"
-    slot: int
-    value: int
-
-
-@attrs.frozen
-class SlotBd:
-    """One memtile BD of a B task: moves `size` elements at `offset` of the
-    pool buffer (into it for the fill, out of it for the drain)."""
-
-    slot: int
-    offset: int
-    size: int
-    acquire: LockOp
-    release: LockOp
-
-
-@attrs.frozen
 class Push:
     """One push of a memtile task onto its channel's queue, issued at the
     column's `block`-th column block: `repeat_count` passes over the BD chain
@@ -126,38 +80,11 @@ class Push:
 
 
 @attrs.frozen
-class MemtileTask:
-    """A chain of slot BDs walked once per pass, over all its pushes."""
-
-    name: str
-    bds: tuple[SlotBd, ...] = attrs.field(converter=tuple)
-    pushes: tuple[Push, ...] = attrs.field(converter=tuple)
-
-
-@attrs.frozen
-class ColumnProgram:
-    """What one column does in one slab: the column blocks it works on (the
-    others it only drains A for), the pool locks armed before its tasks run,
-    its B and C transfers (one per column block) and its two B tasks."""
-
-    column: int
-    blocks: tuple[int, ...] = attrs.field(converter=tuple)
-    arm: tuple[LockOp, ...] = attrs.field(converter=tuple)
-    b: tuple[Transfer, ...] = attrs.field(converter=tuple)
-    c: tuple[Transfer, ...] = attrs.field(converter=tuple)
-    fill: MemtileTask
-    drain: MemtileTask
-
-
-@attrs.frozen
 class Slab:
     """A run of `units` units from unit `first`, B armed once for all of
     them. Resident: b_slots = k_iters, b_uses = units (a fill serves every
     unit); streamed: b_slots divides units*k_iters, b_uses = 1. Passes count
-    walks of the used slots per column block. `rtp` holds the words every
-    core reads: N, m_row_blocks, k_iters, epilogue, clamp_min and clamp_max
-    (float32 bit patterns as int32). `a[r]` are row r's A transfers, one per
-    column block (every column of the row consumes them)."""
+    walks of the used slots per column block."""
 
     first: int
     units: int
@@ -166,50 +93,27 @@ class Slab:
     b_uses: int
     fill_passes: int
     drain_passes: int
-    rtp: tuple[int, ...] = attrs.field(default=(), converter=tuple)
-    a: tuple[tuple[Transfer, ...], ...] = attrs.field(
-        default=(), converter=lambda rows: tuple(map(tuple, rows))
-    )
-    columns: tuple[ColumnProgram, ...] = attrs.field(default=(), converter=tuple)
-
-
-@attrs.frozen
-class Traffic:
-    """DDR bytes: A and B read, C written."""
-
-    a_read: int
-    b_read: int
-    c_written: int
-
-    @property
-    def total(self) -> int:
-        return self.a_read + self.b_read + self.c_written
 
 
 @attrs.frozen
 class Program:
-    """The per-shape schedule of one configuration, slab after slab."""
+    """The per-shape schedule of one configuration: the pool and the slabs
+    (`iron.ops.flm.design` turns it into the design's runtime sequence)."""
 
     configuration: str
     M: int
     K: int
     N: int
     pool: Pool
-    b_element_bytes: int
     k_iters: int
     units: int
     slabs: tuple[Slab, ...] = attrs.field(converter=tuple)
 
-    def traffic(self) -> Traffic:
-        """The bytes the program's shim transfers move, by their patterns."""
-
-        def total(transfers) -> int:
-            return sum(t.elements for t in transfers)
-
-        a = sum(total(row) for s in self.slabs for row in s.a)
-        b = sum(total(col.b) for s in self.slabs for col in s.columns)
-        c = sum(total(col.c) for s in self.slabs for col in s.columns)
-        return Traffic(a * 2, b * self.b_element_bytes, c * 2)
+    def column_blocks(self, tile_n: int, columns: int) -> list[tuple[int, ...]]:
+        """The column blocks each column works on (a trailing partial group
+        leaves the last columns one block short)."""
+        n_tiles = self.N // tile_n
+        return [tuple(range(c, n_tiles, columns)) for c in range(columns)]
 
 
 def plan_slabs(
@@ -224,6 +128,9 @@ def plan_slabs(
     if pool_slots < 1:
         return None
     most_passes = device.task_queue_depth * device.max_repeat_count
+    # A's and B's shim transfers iterate over a slab's units (the BD's
+    # iteration count: verifyStridesWraps, up to device.shim_max_iterations)
+    most_units = device.shim_max_iterations
     keep_resident = resident and k_iters <= pool_slots
 
     def make(first: int, n: int) -> Slab:
@@ -234,7 +141,7 @@ def plan_slabs(
         return Slab(first, n, False, b_slots, 1, passes, passes)
 
     def fits(slab: Slab) -> bool:
-        return max(slab.fill_passes, slab.drain_passes) <= most_passes
+        return max(slab.fill_passes, slab.drain_passes) <= most_passes and slab.units <= most_units
 
     if not fits(make(0, 1)):
         return None
@@ -247,104 +154,27 @@ def plan_slabs(
     return None
 
 
-def _pushes(work_blocks: int, passes: int, device: Device) -> list[Push]:
+def pushes(work_blocks: int, passes: int, device: Device) -> list[Push]:
     """A push covers as many whole column blocks as one carries and is issued
     at the first; a block needing more passes than one push gets several."""
     most = device.max_repeat_count
     per_push = max(1, most // passes)
-    pushes = []
+    out = []
     for block in range(0, work_blocks, per_push):
         count = min(per_push, work_blocks - block) * passes
         while count:
-            pushes.append(Push(block, min(count, most)))
-            count -= pushes[-1].repeat_count
-    return pushes
-
-
-def _b_task(name: str, wait: str, post: str, value: int, slots: int, pool: Pool, pushes):
-    """A B task over the first `slots` slots: each BD acquires its slot's
-    `wait` lock and releases its `post` lock by `value`."""
-    size = pool.slot_elems
-    bds = [
-        SlotBd(i, i * size, size, LockOp(wait, i, value), LockOp(post, i, value))
-        for i in range(slots)
-    ]
-    return MemtileTask(name, bds, pushes)
-
-
-def _float_bits(value: float) -> int:
-    return int(np.float32(value).view(np.int32))
+            out.append(Push(block, min(count, most)))
+            count -= out[-1].repeat_count
+    return out
 
 
 def build_program(op, resident: bool = True) -> Program:
     """The program of `op`, a resolved FLMGemm (see the module docstring)."""
-    device, K, N, tile_n = op.device, op.K, op.N, op.tile_n
-    rows, cols = device.compute_rows, device.columns
-    pool = memtile_pool(device, tile_n, op.b_format)
-    bfp16 = op.b_format is BFormat.BFP16
+    device, K = op.device, op.K
+    pool = memtile_pool(device, op.tile_n, op.b_format)
     k_iters = K // K_TILE
-    units = op.M // (M_TILE * rows * M_CHUNK)
+    units = op.M // (M_TILE * device.compute_rows * M_CHUNK)
     plan = plan_slabs(units, k_iters, pool.slots, device, resident)
     if plan is None:
         raise ValueError(f"{op.configuration()}: no slab cut of M={op.M}, K={K} fits the device")
-    n_tiles = N // tile_n
-    n_blocks = -(-n_tiles // cols)
-    per_value = GROUP if bfp16 else 1
-    lo, hi = op.clamp if op.clamp is not None else (-np.inf, np.inf)
-    unit_rows = M_CHUNK * rows * M_TILE
-
-    slabs = []
-    for slab in plan:
-        a = [
-            [
-                Transfer(
-                    f"A row {r} block {j}",
-                    offset=slab.first * unit_rows * K + r * M_TILE * K,
-                    sizes=(slab.units, k_iters, M_CHUNK, M_TILE, K_TILE),
-                    strides=(unit_rows * K, K_TILE, rows * M_TILE * K, K, 1),
-                )
-                for j in range(n_blocks)
-            ]
-            for r in range(rows)
-        ]
-        columns = []
-        for c in range(cols):
-            blocks = tuple(range(c, n_tiles, cols))
-            b = [
-                Transfer(
-                    f"B column block {cb}",
-                    offset=cb * tile_n * K // per_value,
-                    sizes=(1 if slab.resident else slab.units, k_iters, 1, pool.slot_elems),
-                    strides=(0, pool.slot_elems, 0, 1),
-                )
-                for cb in blocks
-            ]
-            out = [
-                Transfer(
-                    f"C column block {cb}",
-                    offset=cb * tile_n + slab.first * unit_rows * N,
-                    sizes=(1, slab.units * M_CHUNK, rows * M_TILE, tile_n),
-                    strides=(0, rows * M_TILE * N, N, 1),
-                )
-                for cb in blocks
-            ]
-
-            fill_pushes = _pushes(len(blocks), slab.fill_passes, device)
-            fill = _b_task("B fill", "prod", "cons", slab.b_uses, slab.b_slots, pool, fill_pushes)
-            drain_pushes = _pushes(len(blocks), slab.drain_passes, device)
-            drain = _b_task("B drain", "cons", "prod", 1, slab.b_slots, pool, drain_pushes)
-            arm = [LockOp("prod", i, slab.b_uses) for i in range(slab.b_slots)] if blocks else []
-            columns.append(ColumnProgram(c, blocks, arm, b, out, fill, drain))
-        rtp = (N, slab.units * M_CHUNK, k_iters, op.epilogue.mode, _float_bits(lo), _float_bits(hi))
-        slabs.append(attrs.evolve(slab, rtp=rtp, a=a, columns=columns))
-    return Program(
-        op.configuration(),
-        op.M,
-        K,
-        N,
-        pool,
-        b_element_bytes=pool.slot_bytes // pool.slot_elems,
-        k_iters=k_iters,
-        units=units,
-        slabs=slabs,
-    )
+    return Program(op.configuration(), op.M, K, op.N, pool, k_iters, units, plan)
