@@ -138,8 +138,6 @@ class CacheReader(Operator):
     #: bytes a core holds for the whole call per query head element
     #: (queries, or the accumulator and the context), besides its stack
     HELD_PER_HEAD_ELEMENT = 2
-    #: a decode core's stack
-    STACK_BYTES = 1024
 
     @property
     def chunk(self) -> int | None:
@@ -150,7 +148,8 @@ class CacheReader(Operator):
             return None
         rows, groups = self.heads // self.num_aie_columns, self.kv_heads // self.num_aie_columns
         position = 2 * (groups * self.head_dim + rows) * 2
-        held = rows * self.head_dim * self.HELD_PER_HEAD_ELEMENT + self.STACK_BYTES
+        # the designs' workers take the device's default stack
+        held = rows * self.head_dim * self.HELD_PER_HEAD_ELEMENT + self.device.core_stack_bytes
         return cache_chunk(self.max_seq_len, position, held, self.device.core_bytes)
 
     def tune(self, device: Device):
