@@ -8,7 +8,7 @@ import pytest
 from support import random_inputs, simulated
 
 from iron.core import Device, OperatorError, compare
-from iron.design import check, design_of, has_design
+from iron.design import check, design_of, has_design, to_mlir
 from iron.design.operators import catalog_designs
 from iron.ops.gemm import (
     GEMM,
@@ -107,3 +107,12 @@ def test_composites_have_no_design_of_their_own_and_name_their_parts():
         assert all(check(design).ok for design in designs.values())
     with pytest.raises(OperatorError, match="resolve the composite"):
         SwiGLUDecode(256, 512).designs()
+
+
+def test_every_case_emits_mlir_calling_its_kernels(device):
+    for entry in catalog_designs(device, family="gemm"):
+        if entry.design is None:
+            continue
+        text = to_mlir(entry.design)
+        for kernel in entry.design.kernels:
+            assert f"func.call @{kernel.symbol}(" in text, (entry.operator, kernel.symbol)
