@@ -124,10 +124,10 @@ def matvec_model(a, x, y, row_offset, *, rows, k):
     y[row_offset : row_offset + rows] = (A @ x.astype(np.float32)).astype(bf16)
 
 
-def matvec_kernel(rows, k, out_rows, vector) -> Kernel:
+def matvec_kernel(rows, k, out_rows) -> Kernel:
     model = functools.partial(matvec_model, rows=rows, k=k)
     args = (Memref(rows * k, "bf16"), Memref(k, "bf16"), Memref(out_rows, "bf16"), Scalar("i32"))
-    flags = (f"-DDIM_M={rows}", f"-DDIM_K={k}", f"-DVECTOR={vector}")
+    flags = (f"-DDIM_M={rows}", f"-DDIM_K={k}")
     return Kernel("iron_matvec_bf16", args, OURS, model, flags)
 
 

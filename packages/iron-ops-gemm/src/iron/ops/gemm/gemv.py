@@ -147,8 +147,9 @@ class GEMV(Operator):
             check_core_memory(self, "tile_size_input", core_buffers(self.K, tile_in, tile_out))
 
     @staticmethod
-    def design(M, K, num_batches, tile_size_input, tile_size_output, num_aie_columns,
-               kernel_vector_size, device) -> Design:  # fmt: skip
+    def design(
+        M, K, num_batches, tile_size_input, tile_size_output, num_aie_columns, device
+    ) -> Design:
         """Each column's core takes its M / num_aie_columns consecutive rows of
         A straight from its shim, tile_size_input rows per kernel call, and
         writes tile_size_output-row tiles of y back; x (one K vector per
@@ -156,7 +157,7 @@ class GEMV(Operator):
         every core, which holds it for the batch."""
         columns, rows = num_aie_columns, M // num_aie_columns
         tile_in, tile_out = tile_size_input, y_object_rows(tile_size_output)
-        matvec = matvec_kernel(tile_in, K, tile_out, kernel_vector_size)
+        matvec = matvec_kernel(tile_in, K, tile_out)
         workers, fifos, shim_column = [], [], {"x": 0}
         fifos.append(ObjectFifo("x", K, "bf16", shim(0), (memtile("x_broadcast"),)))
         cores = tuple(core(f"core_{c}", depth=1) for c in range(columns))
