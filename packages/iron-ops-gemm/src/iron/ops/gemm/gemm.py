@@ -153,7 +153,7 @@ class GEMM(Operator):
               "num_aie_columns": 2}),
         Case({"M": 512, "K": 192, "N": 128, "dtype_in": "int8", "dtype_out": "bf16",
               "b_col_maj": True, "c_col_maj": True, "num_aie_columns": 1}),
-        # 8-row tiles fit aie2's 4x8x8 MAC but not aie2p's emulated 8x8x8: npu2 refuses
+        # 8-row tiles fit aie2's 4x8x4 mmul but not aie2p's 8x8x8: npu2 refuses
         Case({"M": 96, "K": 64, "N": 128, "tile_m": 8, "tile_n": 32, "num_aie_columns": 2}),
     )  # fmt: skip
 

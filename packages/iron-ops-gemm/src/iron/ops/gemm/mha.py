@@ -75,8 +75,10 @@ class MHA(Operator):
     sequence comes first, (seq_pad, heads, head_dim): the layout a
     projection GEMM produces, read as it is.
 
-    npu2 only: the design pins its shims to columns 4-7 and its memtiles to
-    columns 3-7 and needs aie2p's bfp16-emulated 8x8x8 MAC."""
+    npu2 only, as declared (the refusal's words are pinned by the spec
+    snapshot): the design (`pipelines`) pins its shims to columns 4-7 and
+    its memtiles to columns 3-7; its kernels here are scalar C++, which
+    would build for aie2 too."""
 
     num_heads: int
     seq_len: int
