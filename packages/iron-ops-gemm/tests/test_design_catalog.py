@@ -87,6 +87,37 @@ def test_llama_shapes_scaled_down_match_the_reference(op):
     assert verdict.passed, verdict.detail
 
 
+def test_llama_decode_q_projection_and_attention_at_full_size():
+    op = GEMV(M=HEADS * HEAD_DIM, K=HIDDEN).resolve(NPU2)
+    inputs = random_inputs(op)
+    (expected,) = op.call_reference(*inputs)
+    assert compare(simulated(op, inputs), expected, op.tolerance(NPU2, inputs=inputs)).passed
+    for cls in (GQAScores, GQAContext):
+        op = cls(HEADS, KV_HEADS, HEAD_DIM, 2048).resolve(NPU2)
+        inputs = random_inputs(op)
+        (expected,) = op.call_reference(*inputs, valid=1000)
+        tolerance = cls(HEADS, KV_HEADS, HEAD_DIM, 2048, valid=1000).tolerance(NPU2, inputs=inputs)
+        assert compare(simulated(op, inputs, {"valid": 1000}), expected, tolerance).passed
+
+
+LLAMA_PROJECTIONS = [
+    *(GEMM(M=256, K=k, N=n, b_col_maj=True) for k, n in ((2048, 2048), (2048, 512), (2048, 8192),
+                                                       (8192, 2048))),
+    *(GEMV(M=m, K=k) for m, k in ((512, 2048), (8192, 2048), (2048, 8192), (VOCAB, HIDDEN))),
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", LLAMA_PROJECTIONS, ids=str)
+def test_llama_projections_at_full_size_match_the_reference(op):
+    # a 256-row prompt's GEMMs and one token's GEMVs, the output head included
+    op = op.resolve(NPU2)
+    inputs = random_inputs(op)
+    (expected,) = op.call_reference(*inputs)
+    verdict = compare(simulated(op, inputs), expected, op.tolerance(NPU2, inputs=inputs))
+    assert verdict.passed, verdict.detail
+
+
 def test_llama_decode_attention_scaled_down_to_a_256_position_cache():
     # 32 heads over 8 KV heads of 64, as Llama, over 256 positions instead of 2048
     for cls in (GQAScores, GQAContext):
