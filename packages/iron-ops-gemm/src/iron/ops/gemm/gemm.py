@@ -305,7 +305,8 @@ def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, colum
       as row-major rows, or (c_col_maj) as columns the drain writes into C's
       rows (the kernel stores column-major blocks).
 
-    The runtime moves one row block of A per round: A once per column
+    The runtime works a row block per round (a row block and column group
+    where one shim pattern cannot hold all the groups): A once per column
     group, each column's B for every group, each column's C tiles."""
     tm, tk, tn = tiles
     r, s, t = mmul_shape(device, dtype_in)
