@@ -44,3 +44,29 @@ def unfaithful_fraction(actual: np.ndarray, exact: np.ndarray) -> float:
         ulp = 2.0 ** (np.floor(np.log2(np.abs(exact))) - 7)  # bf16 keeps 8 significant bits
     faithful = (got == exact) | (np.abs(got - exact) < ulp)
     return float(np.mean(~faithful))
+
+
+def random_inputs(op, seed: int = 0) -> list[np.ndarray]:
+    """Standard-normal bf16 (or uniform int8) arrays for `op`'s inputs, in
+    spec order."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in op.arg_specs():
+        if not spec.reads:
+            continue
+        if np.dtype(spec.dtype) == np.int8:
+            arrays.append(rng.integers(-128, 128, spec.shape, dtype=np.int8))
+        else:
+            arrays.append(rng.standard_normal(spec.shape).astype(spec.dtype))
+    return arrays
+
+
+def simulated(op, inputs, params=None, design=None) -> np.ndarray:
+    """`op`'s output as its design computes it on the simulator."""
+    from iron.design import design_of, simulate
+
+    design = design if design is not None else design_of(op)
+    specs = op.arg_specs()
+    names = [s.name for s in specs if s.reads]
+    (out,) = [s.name for s in specs if s.writes]
+    return simulate(design, dict(zip(names, inputs)), params)[out]

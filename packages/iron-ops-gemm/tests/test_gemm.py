@@ -37,8 +37,8 @@ def test_default_columns_are_the_most_that_split_n_within_the_budget():
     assert GEMM(256, 64, 512).resolve(NPU2).num_aie_columns == 8
     assert GEMM(256, 64, 512).resolve(NPU1).num_aie_columns == 4
     assert GEMM(256, 64, 512).resolve(Device.from_name("npu2", columns=2)).num_aie_columns == 2
-    # 192 = 3 x 64 would split over 3 columns, but 3 columns cannot share A's 4 row tiles
-    assert GEMM(256, 64, 192).resolve(NPU2).num_aie_columns == 1
+    # 192 = 3 x 64: three columns (A enters at column 0 and reaches every row)
+    assert GEMM(256, 64, 192).resolve(NPU2).num_aie_columns == 3
     assert GEMM(256, 64, 320, tile_n=32).resolve(NPU2).num_aie_columns == 5
 
 
@@ -230,16 +230,17 @@ REFUSALS = [
     ({"M": 256, "K": 131072, "N": 64, "dtype_in": "int8", "dtype_out": "int32"}, None,
      f"GEMM: K=131072: at most {INT8_MAX_K} for int8: .* int32 accumulator"),
     ({"M": 256, "K": 64, "N": 64, "tile_m": 12}, None,
-     "GEMM: tile_m=12: a multiple of 8 .*4x8x8 MACs on any device"),
+     "GEMM: tile_m=12: a multiple of 8 .*4x8x4 MACs on any device"),
     ({"M": 256, "K": 64, "N": 64, "tile_k": 12}, None, "GEMM: tile_k=12: a multiple of 8"),
-    ({"M": 256, "K": 64, "N": 64, "tile_n": 24}, None, "GEMM: tile_n=24: a multiple of 16"),
+    ({"M": 256, "K": 64, "N": 64, "tile_n": 12}, None, "GEMM: tile_n=12: a multiple of 8"),
+    ({"M": 256, "K": 64, "N": 96, "tile_n": 24}, NPU2, "GEMM: tile_n=24: a multiple of 16"),
+    ({"M": 256, "K": 64, "N": 96, "tile_n": 24, "dtype_in": "int8", "dtype_out": "int32"}, None,
+     "GEMM: tile_n=24: a multiple of 16 .*4x8x8 MACs on any device"),
     ({"M": 96, "K": 64, "N": 64, "tile_m": 8}, NPU2,
      "GEMM: tile_m=8: a multiple of 16 .*8x8x8 MACs on npu2"),
     ({"M": 320, "K": 64, "N": 64}, None, "GEMM: M=320: a multiple of tile_m x 4 = 256"),
     ({"M": 256, "K": 100, "N": 64}, None, "GEMM: K=100: a multiple of tile_k=64"),
     ({"M": 256, "K": 64, "N": 96}, None, "GEMM: N=96: a multiple of tile_n=64"),
-    ({"M": 256, "K": 64, "N": 192, "num_aie_columns": 3}, None,
-     "GEMM: num_aie_columns=3: 1, 2, or at least 4"),
     ({"M": 256, "K": 64, "N": 256, "num_aie_columns": 8}, None,
      "GEMM: N=256: a multiple of tile_n x num_aie_columns = 512"),
     ({"M": 256, "K": 64, "N": 512, "num_aie_columns": 8}, NPU1,
@@ -258,7 +259,10 @@ def test_refusals_name_the_operator_parameter_and_rule(params, device, message):
             op.resolve(device)
 
 
-def test_8_row_tiles_npu2_refuses_for_bf16_build_on_npu1_and_for_int8():
+def test_8_row_tiles_build_on_npu1_and_npu2_refuses_them_for_bf16_and_int8():
+    # mm.cc's mmul blocks: aie2 4x8x4 (bf16) and 4x8x8 (int8); aie2p 8x8x8 for both
     assert GEMM(96, 64, 64, tile_m=8).resolve(NPU1).tile_m == 8
     int8 = GEMM(96, 64, 64, tile_m=8, dtype_in="int8", dtype_out="int32")
-    assert int8.resolve(NPU2).tile_m == 8  # int8 is not emulated: 4x8x8 MACs
+    assert int8.resolve(NPU1).tile_m == 8
+    with pytest.raises(OperatorError, match=r"tile_m=8: a multiple of 16 .*8x8x8 MACs on npu2"):
+        int8.resolve(NPU2)

@@ -8,7 +8,7 @@ README = Path(__file__).parents[1] / "README.md"
 
 def test_readme_python_examples_run():
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict = {}
     for block in blocks:  # later blocks may build on earlier ones, as a reader would
         exec(compile(block, str(README), "exec"), namespace)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 import attrs
 
 from iron.core import Device, Operator, OperatorError, per_call, require, tunable
+from iron.ops.gemm.tiling import cache_chunk
 
 # ---- columns -------------------------------------------------------------------------
 
@@ -123,6 +124,33 @@ class CacheReader(Operator):
             "KV groups, reading their cache rows once)",
         )
         self.positions(self.valid)
+        if self.device is not None and columns is not None:
+            rows = self.heads // columns
+            require(
+                self,
+                "heads",
+                self.chunk is not None,
+                f"{rows} query heads and {self.kv_heads // columns} KV groups per column "
+                f"(num_aie_columns={columns}) leave no room in a core's "
+                f"{self.device.core_bytes} bytes for two chunks of 2 cache positions",
+            )
+
+    #: bytes a core holds for the whole call per query head element
+    #: (queries, or the accumulator and the context), besides its stack
+    HELD_PER_HEAD_ELEMENT = 2
+
+    @property
+    def chunk(self) -> int | None:
+        """Cache positions per object of the design (None before a device,
+        or where none fit a core): two chunks in flight, each its KV groups'
+        cache rows and its heads' scores (or weights), bf16."""
+        if self.device is None or self.num_aie_columns is None:
+            return None
+        rows, groups = self.heads // self.num_aie_columns, self.kv_heads // self.num_aie_columns
+        position = 2 * (groups * self.head_dim + rows) * 2
+        # the designs' workers take the device's default stack
+        held = rows * self.head_dim * self.HELD_PER_HEAD_ELEMENT + self.device.core_stack_bytes
+        return cache_chunk(self.max_seq_len, position, held, self.device.core_bytes)
 
     def tune(self, device: Device):
         columns = most_columns(device, lambda c: self.kv_heads % c == 0, streams=2)
@@ -192,3 +220,16 @@ def resolved_parts(op: Operator, parts: Callable[[], dict[str, Operator]]) -> di
                 f"{name}({shown}): its {role} part is refused on {op.device.name}: {error}"
             ) from error
     return resolved
+
+
+def part_designs(op: Operator) -> dict:
+    """A composite's designs: each part's (resolved on the composite's
+    device) that has one, by role. The composite has none of its own: its
+    graph expansion records the parts, and each is compiled from its own."""
+    from iron.design import design_of, has_design
+
+    if op.device is None:
+        raise OperatorError(
+            f"{type(op).__name__}: resolve the composite for a device before asking its designs"
+        )
+    return {role: design_of(part) for role, part in op.parts().items() if has_design(type(part))}

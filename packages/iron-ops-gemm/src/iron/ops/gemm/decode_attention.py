@@ -7,7 +7,7 @@ import attrs
 
 from iron.core import IN, ArgSpec, Case, Composite, bf16
 from iron.ops.eltwise.softmax import Softmax
-from iron.ops.gemm.common import resolved_parts
+from iron.ops.gemm.common import part_designs, resolved_parts
 from iron.ops.gemm.gqa_context import GQAContext
 from iron.ops.gemm.gqa_scores import GQAScores
 
@@ -52,6 +52,10 @@ class DecodeAttention(Composite):
                 "context": GQAContext(*shape),
             },
         )
+
+    def designs(self) -> dict:
+        """The designs of the parts that have one, by role (see `part_designs`)."""
+        return part_designs(self)
 
     def validate(self):
         self.parts()

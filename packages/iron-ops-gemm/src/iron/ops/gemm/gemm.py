@@ -21,6 +21,29 @@ from iron.core import (
     tunable,
 )
 from iron.core.numerics import mean_abs, product_tolerance, round_to_bf16
+from iron.design import (
+    TAP,
+    Acquire,
+    Buf,
+    Call,
+    Design,
+    Drain,
+    Fill,
+    LocalBuffer,
+    Loop,
+    Obj,
+    ObjectFifo,
+    Release,
+    Tensor,
+    Worker,
+    core,
+    forward,
+    join,
+    memtile,
+    shim,
+    split,
+)
+from iron.design.model import element_type
 from iron.ops.gemm.common import (
     EMULATED,
     PRECISE,
@@ -28,6 +51,15 @@ from iron.ops.gemm.common import (
     check_core_memory,
     most_columns,
     row_blocks,
+)
+from iron.ops.gemm.core_kernels import ACCUMULATOR, cast_kernel, matmul_kernel, zero_kernel
+from iron.ops.gemm.tiling import (
+    blocked,
+    mmul_shape,
+    rounds,
+    stride_fits,
+    unblocked_cols,
+    unblocked_rows,
 )
 
 #: cores per column: each takes whole tile_m-row tiles of A and C
@@ -51,10 +83,23 @@ def emulated(device: Device | None, dtype_in) -> bool:
 
 
 def mac_shape(device: Device | None, dtype_in) -> tuple[int, int, int]:
-    """(r, s, t): the aie::mmul block the matmul kernel is built from: 8x8x8
-    for bf16 emulated through bfp16, 4x8x8 otherwise (also what holds
-    before a device is known)."""
-    return (8, 8, 8) if emulated(device, dtype_in) else (4, 8, 8)
+    """(r, s, t): the aie::mmul block mlir-aie's mm.cc builds the matmul
+    from (see `tiling.mmul_shape`)."""
+    return mmul_shape(device, dtype_in)
+
+
+def core_buffers(tile_m, tile_k, tile_n, dtype_in, dtype_out) -> dict[str, int]:
+    """Bytes one GEMM core holds: A and B tiles double buffered; C
+    accumulated over K in the accumulator's type (float32 for bf16 in,
+    int32 for int8), which is C itself, double buffered, when C has that
+    type, else a core buffer plus one C tile it is narrowed into; the stack."""
+    size_in, out = as_dtype(dtype_in).itemsize, as_dtype(dtype_out)
+    tiles = {"A": 2 * tile_m * tile_k * size_in, "B": 2 * tile_k * tile_n * size_in}
+    if out.itemsize == 4:
+        tiles["C"] = 2 * tile_m * tile_n * 4
+    else:
+        tiles |= {"accumulator": tile_m * tile_n * 4, "C": tile_m * tile_n * out.itemsize}
+    return tiles | {"stack": STACK_BYTES}
 
 
 def bfp16_emulated(x: np.ndarray, axis: int) -> np.ndarray:
@@ -108,7 +153,7 @@ class GEMM(Operator):
               "num_aie_columns": 2}),
         Case({"M": 512, "K": 192, "N": 128, "dtype_in": "int8", "dtype_out": "bf16",
               "b_col_maj": True, "c_col_maj": True, "num_aie_columns": 1}),
-        # 8-row tiles fit aie2's 4x8x8 MAC but not aie2p's emulated 8x8x8: npu2 refuses
+        # 8-row tiles fit aie2's 4x8x4 mmul but not aie2p's 8x8x8: npu2 refuses
         Case({"M": 96, "K": 64, "N": 128, "tile_m": 8, "tile_n": 32, "num_aie_columns": 2}),
     )  # fmt: skip
 
@@ -129,16 +174,9 @@ class GEMM(Operator):
             require(self, name, getattr(self, name) >= 1, "at least 1")
         self._check_dtypes()
         self._check_tiles()
-        check_columns(self, streams=2)  # B, and A on up to 4 of the columns
+        check_columns(self, streams=2)  # B, and A on column 0
         columns = self.num_aie_columns
         if columns is not None:
-            require(
-                self,
-                "num_aie_columns",
-                columns >= CORE_ROWS or CORE_ROWS % columns == 0,
-                f"1, 2, or at least {CORE_ROWS}: below {CORE_ROWS} columns the {CORE_ROWS} "
-                "rows' A tiles are split evenly over the columns' shims",
-            )
             require(
                 self,
                 "N",
@@ -146,10 +184,17 @@ class GEMM(Operator):
                 f"a multiple of tile_n x num_aie_columns = {self.tile_n * columns} (each "
                 "column takes the same number of tile_n-wide blocks)",
             )
+        if self.device is not None:
+            wrap = self.device.limits("shim").max_wrap  # Device.shim_wrap_bits
+            require(
+                self,
+                "tile_m",
+                CORE_ROWS * self.tile_m <= wrap,
+                f"at most {wrap // CORE_ROWS}: a row block's {CORE_ROWS} x tile_m rows are one "
+                f"dimension of a shim BD, which wraps at {wrap}",
+            )
         tm, tk, tn = self.tile_m, self.tile_k, self.tile_n
-        size_in, size_out = self.dtype_in.itemsize, self.dtype_out.itemsize
-        buffers = {"A": 2 * tm * tk * size_in, "B": 2 * tk * tn * size_in,
-                   "C": 2 * tm * tn * size_out, "stack": STACK_BYTES}  # fmt: skip
+        buffers = core_buffers(tm, tk, tn, self.dtype_in, self.dtype_out)
         check_core_memory(self, f"tile_m x tile_k x tile_n = {tm}x{tk}x{tn}", buffers)
 
     def _check_dtypes(self):
@@ -198,10 +243,18 @@ class GEMM(Operator):
         require(self, "N", self.N % self.tile_n == 0,
                 f"a multiple of tile_n={self.tile_n} (whole column blocks)")  # fmt: skip
 
+    @staticmethod
+    def design(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tile_m, tile_k, tile_n,
+               num_aie_columns, device) -> Design:  # fmt: skip
+        """The whole-array design: see `whole_array`."""
+        return whole_array(
+            M, K, N, b_col_maj, c_col_maj, element_type(dtype_in).name, element_type(dtype_out).name,
+            (tile_m, tile_k, tile_n), num_aie_columns, device,
+        )  # fmt: skip
+
     def tune(self, device):
         def fits(columns):
-            split = columns >= CORE_ROWS or CORE_ROWS % columns == 0
-            return split and self.N % (self.tile_n * columns) == 0
+            return self.N % (self.tile_n * columns) == 0
 
         return {"num_aie_columns": most_columns(device, fits, streams=2)}
 
@@ -232,3 +285,151 @@ class GEMM(Operator):
         budget = EMULATED if device is None or emulated(device, self.dtype_in) else PRECISE
         a, b = inputs if inputs is not None else (None, None)
         return product_tolerance(budget, self.K, mean_abs(a), mean_abs(b))
+
+
+def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, columns, device):
+    """C = A B on `columns` x 4 cores. Core (i, c) computes one tile_m x
+    tile_n tile of C at a time: rows i of a 4 tile_m-row block of A, columns
+    c of a group of `columns` tile_n-wide blocks of B; it accumulates over K
+    in core memory (in the accumulator's type; narrowed to C once at the
+    end) while A and B arrive in tile_k slices.
+
+    - A: one 4 tile_m x tile_k object per (row block, column group, K
+      slice) from the shim of column 0 into its memtile, split into the four
+      rows' tile_m x tile_k tiles, each broadcast to its row's cores in every
+      column, read as r x s blocks;
+    - B: per column, tile_k x tile_n objects (tile_n x tile_k from a
+      column-major B, which the kernel reads transposed) through its memtile
+      to its 4 cores, read as s x t blocks;
+    - C: per column, the 4 cores' tiles joined in its memtile, read back out
+      as row-major rows, or (c_col_maj) as columns the drain writes into C's
+      rows (the kernel stores column-major blocks).
+
+    The runtime works a row block per round (a row block and column group
+    where one shim pattern cannot hold all the groups): A once per column
+    group, each column's B for every group, each column's C tiles."""
+    tm, tk, tn = tiles
+    r, s, t = mmul_shape(device, dtype_in)
+    acc = ACCUMULATOR[dtype_in]
+    direct = dtype_out == acc
+    arch = device.arch
+    row_blocks, groups, k_steps = M // (CORE_ROWS * tm), N // (tn * columns), K // tk
+    block_rows = CORE_ROWS * tm
+    lanes = range(CORE_ROWS)
+    cols = range(columns)
+
+    def worker(i, c):
+        return f"core_{i}_{c}"
+
+    matmul = matmul_kernel(arch, dtype_in, tm, tk, tn, (r, s, t), b_col_maj, c_col_maj)
+    workers = []
+    for c in cols:
+        for i in lanes:
+            a, b, out = f"A{i}", f"B{c}_cores", f"C{i}_{c}"
+            target = Obj(out) if direct else Buf("acc")
+            acquire, release = (Acquire(a), Acquire(b)), (Release(a), Release(b))
+            product = Call(matmul, (Obj(a), Obj(b), target))
+            zero = Call(zero_kernel(matmul), (target,))
+            # the first K step is peeled so that a core waiting for its next tile
+            # waits at the top of its body, holding nothing
+            rest = Loop(k_steps - 1, (*acquire, product, *release))
+            if direct:
+                first = (*acquire, Acquire(out), zero, product, *release)
+                body, buffers = (*first, rest, Release(out)), ()
+            else:
+                cast = Call(cast_kernel(arch, acc, tm * tn), (Buf("acc"), Obj(out), tm * tn))
+                first = (*acquire, zero, product, *release)
+                body = (*first, rest, Acquire(out), cast, Release(out))
+                buffers = (LocalBuffer("acc", tm * tn, acc),)
+            workers.append(Worker(worker(i, c), body, stack_size=STACK_BYTES, buffers=buffers))
+
+    b_object = blocked(tn, tk, t, s) if b_col_maj else blocked(tk, tn, s, t)
+    # a join's memtile sends one core's tile per BD: each is read out on its own
+    c_object = unblocked_cols(tm, tn, r, t) if c_col_maj else unblocked_rows(tm, tn, r, t)
+    fifos = [ObjectFifo("A", block_rows * tk, dtype_in, shim(0), (memtile("a_split"),))]
+    fifos += [
+        ObjectFifo(f"A{i}", tm * tk, dtype_in, memtile("a_split"),
+                   tuple(core(worker(i, c)) for c in cols), dims_to_stream=blocked(tm, tk, r, s))
+        for i in lanes
+    ]  # fmt: skip
+    links = [split("a_split", "A", [f"A{i}" for i in lanes], [i * tm * tk for i in lanes])]
+    for c in cols:
+        fifos += [
+            ObjectFifo(f"B{c}", tk * tn, dtype_in, shim(c), (memtile(f"b_forward{c}"),)),
+            ObjectFifo(f"B{c}_cores", tk * tn, dtype_in, memtile(f"b_forward{c}"),
+                       tuple(core(worker(i, c)) for i in lanes), dims_to_stream=b_object),
+            ObjectFifo(f"C{c}", block_rows * tn, dtype_out, memtile(f"c_join{c}"), (shim(c),),
+                       dims_to_stream=c_object),
+        ]  # fmt: skip
+        fifos += [
+            ObjectFifo(f"C{i}_{c}", tm * tn, dtype_out, core(worker(i, c)),
+                       (memtile(f"c_join{c}"),), depth=2 if direct else 1)
+            for i in lanes
+        ]  # fmt: skip
+        links += [
+            forward(f"b_forward{c}", f"B{c}", f"B{c}_cores"),
+            join(f"c_join{c}", [f"C{i}_{c}" for i in lanes], f"C{c}", [i * tm * tn for i in lanes]),
+        ]
+
+    b_row = (
+        (tn * K, (k_steps, tn, tk), (tk, K, 1))
+        if b_col_maj
+        else (tn, (k_steps, tk, tn), (tk * N, N, 1))
+    )
+    c_row = (
+        (tn * M, (CORE_ROWS, tn, tm), (tm, M, 1)) if c_col_maj else (tn, (block_rows, tn), (N, 1))
+    )
+
+    def round_of(block, first, count):
+        """The runtime's tasks for row block `block` and the `count` column
+        groups from `first`: the groups are each pattern's iteration
+        dimension (A's with stride 0: the same row block for every group)."""
+        a_tap = TAP(block * block_rows * K, (count, k_steps, block_rows, tk), (0, tk, K, 1))
+        tasks = [Fill("A", "A", a_tap)]
+        for c in cols:
+            (b_step, sizes, strides), b_group = b_row, b_row[0] * columns
+            tasks.append(
+                Fill(
+                    f"B{c}",
+                    "B",
+                    TAP((first * columns + c) * b_step, (count, *sizes), (b_group, *strides)),
+                )
+            )
+            (c_step, sizes, strides), c_group = c_row, c_row[0] * columns
+            rows = block * block_rows * (1 if c_col_maj else N)
+            tasks.append(
+                Drain(
+                    f"C{c}",
+                    "C",
+                    TAP(
+                        rows + (first * columns + c) * c_step, (count, *sizes), (c_group, *strides)
+                    ),
+                )
+            )
+        return tasks
+
+    # all of a row block's column groups in one pattern each, where the shim's
+    # iteration count and stride fields hold them; else one round per group
+    together = groups <= device.shim_max_iterations and all(
+        stride_fits(device, step * columns, dtype) for step, dtype in
+        ((b_row[0], dtype_in), (c_row[0], dtype_out))
+    )  # fmt: skip
+    if together:
+        work = [round_of(block, 0, groups) for block in range(row_blocks)]
+    else:
+        work = [round_of(block, g, 1) for block in range(row_blocks) for g in range(groups)]
+    shim_column = {"A": 0} | {f"B{c}": c for c in cols} | {f"C{c}": c for c in cols}
+    a_shape, b_shape = (M, K), ((N, K) if b_col_maj else (K, N))
+    return Design(
+        f"gemm_{M}x{K}x{N}",
+        device,
+        (
+            Tensor("A", a_shape, dtype_in, IN),
+            Tensor("B", b_shape, dtype_in, IN),
+            Tensor("C", (N, M) if c_col_maj else (M, N), dtype_out, OUT),
+        ),
+        fifos=tuple(fifos),
+        workers=tuple(workers),
+        links=tuple(links),
+        sequence=rounds(device, work, shim_column.__getitem__),
+    )

@@ -8,7 +8,25 @@ import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Case, Device, Tolerance, bf16
 from iron.core.numerics import mean_abs, product_tolerance
+from iron.design import (
+    TAP,
+    Acquire,
+    Call,
+    Design,
+    Drain,
+    Fill,
+    Obj,
+    ObjectFifo,
+    Param,
+    Release,
+    Tensor,
+    Worker,
+    core,
+    shim,
+)
 from iron.ops.gemm.common import PRECISE, CacheReader
+from iron.ops.gemm.core_kernels import scores_kernel
+from iron.ops.gemm.tiling import cache_rows, chunked_columns, rounds
 
 
 @attrs.frozen
@@ -33,6 +51,53 @@ class GQAScores(CacheReader):
             ArgSpec("keys", (max_seq_len, kv_heads, head_dim), dtype, IN),
             ArgSpec("scores", (heads, max_seq_len), dtype, OUT),
         ]
+
+    @staticmethod
+    def design(heads, kv_heads, head_dim, max_seq_len, num_aie_columns, chunk, device) -> Design:
+        """Each column's core holds its heads' queries for the call and
+        scores the cache of its KV groups a chunk of positions at a time
+        (positions x its groups' heads, straight from the shim); the per-call
+        `valid` is a runtime parameter, so one design serves every position:
+        chunks past it are still moved, but neither read nor scored."""
+        columns = num_aie_columns
+        groups, rows = kv_heads // columns, heads // columns
+        scale = 1 / np.sqrt(head_dim)
+        kernel = scores_kernel(rows, groups, head_dim, chunk, np.float32(scale))
+        fifos, workers, tasks, shim_column = [], [], [], {}
+        for c in range(columns):
+            q, keys, out, name = f"q{c}", f"keys{c}", f"scores{c}", f"core_{c}"
+            fifos += [
+                ObjectFifo(q, rows * head_dim, "bf16", shim(c), (core(name),), depth=1),
+                ObjectFifo(keys, chunk * groups * head_dim, "bf16", shim(c), (core(name),)),
+                ObjectFifo(out, rows * chunk, "bf16", core(name), (shim(c),)),
+            ]
+            body = [Acquire(q)]
+            for first in range(0, max_seq_len, chunk):
+                call = Call(kernel, (Obj(q), Obj(keys), Obj(out), first, Param("valid")))
+                body += [Acquire(keys), Acquire(out), call, Release(keys), Release(out)]
+            workers.append(Worker(name, (*body, Release(q))))
+            row = kv_heads * head_dim
+            tasks += [
+                Fill(q, "q", TAP.linear(rows * head_dim, c * rows * head_dim)),
+                Fill(keys, "keys", cache_rows(device, c * groups * head_dim, max_seq_len, chunk,
+                                              row, groups * head_dim)),
+                Drain(out, "scores", chunked_columns(device, c * rows * max_seq_len, rows,
+                                                     max_seq_len, max_seq_len, chunk)),
+            ]  # fmt: skip
+            shim_column |= {q: c, keys: c, out: c}
+        return Design(
+            f"gqa_scores_{heads}x{kv_heads}x{head_dim}x{max_seq_len}",
+            device,
+            (
+                Tensor("q", (heads, head_dim), "bf16", IN),
+                Tensor("keys", (max_seq_len, kv_heads, head_dim), "bf16", IN),
+                Tensor("scores", (heads, max_seq_len), "bf16", OUT),
+            ),
+            fifos=tuple(fifos),
+            workers=tuple(workers),
+            sequence=rounds(device, [tasks], shim_column.__getitem__),
+            params=("valid",),
+        )
 
     @property
     def scale(self) -> np.float32:

@@ -8,7 +8,7 @@ import attrs
 from iron.core import IN, ArgSpec, Case, Composite, bf16
 from iron.ops.eltwise.elementwise_mul import ElementwiseMul
 from iron.ops.eltwise.silu import SiLU
-from iron.ops.gemm.common import resolved_parts
+from iron.ops.gemm.common import part_designs, resolved_parts
 from iron.ops.gemm.gemv import GEMV
 
 
@@ -47,6 +47,10 @@ class SwiGLUDecode(Composite):
                 "down": GEMV(M=self.embed, K=self.hidden),
             },
         )
+
+    def designs(self) -> dict:
+        """The designs of the parts that have one, by role (see `part_designs`)."""
+        return part_designs(self)
 
     def validate(self):
         self.parts()
