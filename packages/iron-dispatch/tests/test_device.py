@@ -276,3 +276,74 @@ def test_a_step_with_a_design_needs_a_device():
     seq = OperatorSequence("nodevice", [(AddOne(SIZE), "x", "y")], ["x"], ["y"])
     with pytest.raises(FusionError, match="AddOne has a design, and a design is for one device"):
         get_backend("sim").compile(seq.runlist, seq.layout)
+
+
+def _cache_writer(bind):
+    """One row of 64 bf16 into a 16-row cache at a per-call offset."""
+    from iron.core import bf16
+    from iron.ops.eltwise import MemCopy, StridedCopy
+
+    @graph(backend="sim", device="npu2")
+    def write(g, row, *, pos):
+        cache = g.state("cache", (1024,))
+        op = StridedCopy(input_buffer_size=64, output_buffer_size=1024, sizes=(64,), strides=(1,))
+        g(op, row, cache, out_offset=bind(pos))
+        return g(MemCopy(size=1024), cache)  # the cache as it is after the write
+
+    return write, np.arange(1, 65, dtype=np.float32).astype(bf16)
+
+
+@pytest.mark.parametrize(
+    "bind, word",
+    [(lambda pos: pos * 64, True), (lambda pos: pos * 0 + 320, False)],
+    ids=["per-call", "constant"],
+)
+def test_a_transfer_offset_parameter_is_a_program_word_or_folds_into_the_offset(bind, word):
+    write, row = _cache_writer(bind)
+    out = write(row, pos=5)
+    assert np.array_equal(out[320:384], row) and not out[:320].any() and not out[384:].any()
+    (version,) = write.versions.values()
+    text = program_mlir(version.image.programs[0], version.image.designs)
+    assert "@out_offset" not in text and "@in_offset" not in text
+    drains = [
+        line
+        for line in text.splitlines()
+        if "memref<1024xbf16> offset" in line and "len = 64 " in line
+    ]
+    if word:
+        assert drains and all(
+            re.search(r"offset = 0 .*\{offset_parameter = @w\d+\}$", d) for d in drains
+        )
+    else:
+        assert drains and all("offset = 320 " in d and "offset_parameter" not in d for d in drains)
+
+
+def test_one_kernel_symbol_built_two_ways_links_two_objects():
+    """Two GEMV sizes build one kernel symbol with different defines: each
+    device block links its own object, and the recipes name both."""
+    from iron.core import bf16
+    from iron.dispatch.pipeline import recipes
+    from iron.ops.gemm import GEMV
+
+    @graph(backend="sim", device="npu2")
+    def two(g, a, b, x):
+        return g(GEMV(M=512, K=256), b, g(GEMV(M=256, K=512), a, x))
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 512)).astype(bf16)
+    b = rng.standard_normal((512, 256)).astype(bf16)
+    x = rng.standard_normal(512).astype(bf16)
+    two.compile(((256, 512), bf16), ((512, 256), bf16), ((512,), bf16))
+    (version,) = two.versions.values()
+    text = program_mlir(version.image.programs[0], version.image.designs)
+    linked = set(re.findall(r'link_with = "([^"]+)"', text))
+    built = recipes(version.image, None)
+    assert linked == set(built)
+    matvec = [name for name in linked if name.startswith("iron_matvec_bf16")]
+    assert len(matvec) == 2 and len({json_of(built[n]) for n in matvec}) == 2
+
+
+def json_of(recipe):
+    import json
+
+    return json.dumps(recipe, sort_keys=True)

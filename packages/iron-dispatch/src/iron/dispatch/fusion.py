@@ -15,14 +15,20 @@ The rewrite of each design's own MLIR, and why:
   this reason);
 - its scratchpad parameters are hoisted to module scope as the program's
   words ``@w<i>``, synced once by ``main``; a parameter bound to a constant
-  becomes that constant.
+  becomes that constant (in a transfer's offset, part of the static offset);
+- its kernel objects keep their names unless another design builds an
+  object of that name differently (one symbol compiled with per-size
+  defines): then each build gets its own name (`object_names`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Mapping
 
 from iron.design import Design, to_mlir
+from iron.design.mlir import kernel_objects
 from iron.dispatch.program import ARGUMENTS, FusionError, Program, ProgramStep
 
 _DEVICE = re.compile(r"^(\s*)aie\.device\((\w+)\) @main \{$")
@@ -30,6 +36,27 @@ _ARCH = re.compile(r"aie\.device\((\w+)\)")
 _READ = re.compile(r"^(\s*)(%\S+) = aiex\.read_scratchpad_parameter @(\w+) : i32$")
 _SEQUENCE = re.compile(r"aie\.runtime_sequence @sequence\((.*)\) \{")
 _ARGUMENT_TYPE = re.compile(r"%arg\d+: (memref<[^>]*>)")
+_OFFSET_PARAMETER = re.compile(r"offset = (\d+)(.*) \{offset_parameter = @(\w+)\}$")
+_LINK_WITH = re.compile(r'link_with = "([^"]+)"')
+
+
+def object_names(designs: Mapping[str, Design]) -> dict[tuple[str, str], str]:
+    """(design digest, object its MLIR links) -> the object's name in the
+    fused program: unchanged where every design builds that object the same
+    way; otherwise one name per build, so no block links another's code."""
+    builds: dict[tuple[str, str], tuple] = {}
+    for digest, design in designs.items():
+        for kernel, name in kernel_objects(design).items():
+            builds[digest, name] = (kernel.source, kernel.flags)
+    distinct: dict[str, set] = {}
+    for (_, name), build in builds.items():
+        distinct.setdefault(name, set()).add(build)
+    return {
+        (digest, name): name
+        if len(distinct[name]) == 1
+        else f"{name.removesuffix('.o')}_{hashlib.sha256(repr(build).encode()).hexdigest()[:8]}.o"
+        for (digest, name), build in builds.items()
+    }
 
 
 def _bindings(program: Program) -> dict[str, dict[str, tuple[int, int]]]:
@@ -50,12 +77,28 @@ def _bindings(program: Program) -> dict[str, dict[str, tuple[int, int]]]:
     return found
 
 
-def child(design: Design, name: str, bindings: dict[str, tuple[int, int]]) -> tuple[str, list[str]]:
+def child(
+    design: Design,
+    name: str,
+    bindings: dict[str, tuple[int, int]],
+    objects: Mapping[str, str] | None = None,
+) -> tuple[str, list[str]]:
     """The design's device block, renamed and rewritten for fusion, and its
-    sequence's argument types."""
+    sequence's argument types. `objects` renames the kernel objects it links."""
     lines = to_mlir(design).splitlines()[1:-1]  # inside `module { ... }`
     out = []
     for line in lines:
+        if objects and (link := _LINK_WITH.search(line)):
+            line = line.replace(link.group(0), f'link_with = "{objects[link.group(1)]}"')
+        patched = _OFFSET_PARAMETER.search(line)
+        if patched:
+            static, rest, parameter = patched.groups()
+            word, constant = bindings[parameter]
+            line = line[: patched.start()] + (
+                f"offset = {static}{rest} {{offset_parameter = @w{word}}}"
+                if word >= 0
+                else f"offset = {int(static) + constant}{rest}"
+            )
         stripped = line.strip()
         if stripped.startswith(("aiex.scratchpad_parameter", "aiex.npu.load_pdi")):
             continue
@@ -128,9 +171,11 @@ def program_mlir(program: Program, designs: dict[str, Design]) -> str:
             "runs designs only"
         )
     bindings = _bindings(program)
+    objects = object_names(designs)
     children, types, arch = [], {}, None
     for name, digest in program.devices.items():
-        text, types[name] = child(designs[digest], name, bindings.get(name, {}))
+        linked = {original: fused for (d, original), fused in objects.items() if d == digest}
+        text, types[name] = child(designs[digest], name, bindings.get(name, {}), linked)
         arch = arch or _ARCH.search(text).group(1)
         children.append(text)
     arguments = ", ".join(

@@ -31,7 +31,7 @@ from iron.design.aiecc import PEANO_FLAGS, Toolchain, kernel_source
 from iron.design.mlir import kernel_objects
 from iron.design.model import canonical
 from iron.dispatch.cache import CompileCache, file_sha256
-from iron.dispatch.fusion import program_mlir
+from iron.dispatch.fusion import object_names, program_mlir
 from iron.dispatch.identity import digest
 from iron.dispatch.image import Image
 from iron.dispatch.program import FusionError
@@ -59,17 +59,13 @@ def image_summary(image: Image) -> str:
 
 
 def recipes(image: Image, toolchain: Toolchain | None) -> dict[str, dict]:
-    """Object name -> its recipe, over every design of the image; two
-    recipes under one object name would link the wrong code: refused."""
+    """Object name (as the fused MLIR links it) -> its recipe, over every
+    design of the image."""
+    names = object_names(image.designs)
     found: dict[str, dict] = {}
-    for design in image.designs.values():
+    for key, design in image.designs.items():
         for kernel, name in kernel_objects(design).items():
-            recipe = _recipe(design, kernel, toolchain)
-            if found.setdefault(name, recipe) != recipe:
-                raise FusionError(
-                    f"{image.name}: two kernels build object {name} from different recipes "
-                    f"(design {design.name}); give them distinct symbols"
-                )
+            found[names[key, name]] = _recipe(design, kernel, toolchain)
     return found
 
 
