@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import platform
 import random
 import sys
@@ -99,19 +100,23 @@ class Row:
 
 
 def _fastest(runs: int, plan):
-    """The plan `plan()` makes and the fastest of `runs` timings of it."""
-    seconds = float("inf")
+    """The plan `plan()` makes and the fastest of up to `runs` timings of it
+    (fewer once the runs took 10 s in all: a slow row is timed fewer times)."""
+    seconds, spent = float("inf"), 0.0
     for _ in range(runs):
         started = time.perf_counter()
         result = plan()
-        seconds = min(seconds, time.perf_counter() - started)
+        took = time.perf_counter() - started
+        seconds, spent = min(seconds, took), spent + took
+        if spent > 10:
+            break
     return result, seconds
 
 
 def measure(name: str, ranges, sizes, alignment: int) -> Row:
     """Plan one instance three ways, check every plan, and time each (greedy
     and the default: the fastest of 5 runs, 3 from 20,000 buffers, as one run
-    is noisy here; best: one run)."""
+    is noisy here, see `_fastest`; best: one run)."""
     runs = 5 if len(ranges) < 20_000 else 3
     greedy, greedy_seconds = _fastest(
         runs, lambda: place(ranges, sizes, alignment, strategy="greedy")
@@ -236,6 +241,7 @@ def report(args: argparse.Namespace) -> str:
     if args.data is not None and not args.data.is_dir():
         raise SystemExit(f"--data {args.data} is not a folder")
     random_n = args.random if args.random is not None else (300 if args.quick else 5000)
+    load_before = os.getloadavg()[0]
     rows = []
     for name, ranges, sizes in instances(args.data, args.quick, args.seed, random_n):
         for alignment in args.alignments:
@@ -246,7 +252,9 @@ def report(args: argparse.Namespace) -> str:
             table(rows),
             "",
             f"Measured on {platform.machine()} Python {platform.python_version()}, "
-            "2 cores, shared with other work (times are noisy; compare within one run).",
+            f"{os.cpu_count()} cores, shared with other work: load average {load_before:.1f} "
+            f"at the start, {os.getloadavg()[0]:.1f} at the end (times are wall seconds "
+            "and noisy; compare within one run).",
             "",
             *goals(rows),
         ]
