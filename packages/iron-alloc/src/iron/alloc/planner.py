@@ -28,6 +28,7 @@ import operator
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -213,14 +214,19 @@ class _Search:
         self.n = int(self.nonempty.sum())
         self.budget = budget
         self.placements = 0
-        times, live = load_profile(begin, end, size)
-        self.lower_bound = int(live.max(initial=0))
-        self.peak_step = int(times[np.argmax(live)]) if len(live) else 0
         self.best_offsets = np.zeros(len(size), np.int64)
         self.best_top = None
         self.best_label = "size/best-fit"
         self._orders: dict[str, np.ndarray] = {}
         self._conflicts = None
+
+    @cached_property
+    def _peak(self) -> tuple[int, int]:
+        """The lower bound (most bytes live at one step) and the first step with it."""
+        times, live = load_profile(self.begin, self.end, self.size)
+        if len(live) == 0:
+            return 0, 0
+        return int(live.max()), int(times[np.argmax(live)])
 
     def order(self, label: str) -> np.ndarray:
         """The non-empty buffers in the order `label` names (one of `ORDERS`):
@@ -232,7 +238,7 @@ class _Search:
             keys = {
                 "size": lambda: (),
                 "peak": lambda: (
-                    np.maximum(0, np.maximum(begin - self.peak_step, self.peak_step - end)),
+                    np.maximum(0, np.maximum(begin - self._peak[1], self._peak[1] - end)),
                 ),
                 "lifetime": lambda: (-life,),
                 "conflict": lambda: (-self.conflicts(),),
@@ -266,8 +272,8 @@ class _Search:
 
     def _charge(self) -> None:
         if self.best_top is not None and (
-            self.best_top <= self.lower_bound
-            or (self.budget is not None and self.placements + self.n > self.budget)
+            (self.budget is not None and self.placements + self.n > self.budget)
+            or self.best_top <= self._peak[0]
         ):
             raise _SearchOver
         self.placements += self.n
