@@ -1,5 +1,6 @@
 import random
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,9 @@ from iron.alloc import (
     peak_live_bytes,
     place,
 )
+from iron.alloc.bench import REAL, load_instance
+
+DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
 
 
 def records(sizes, intervals):
@@ -186,6 +190,15 @@ def test_the_search_stops_at_the_lower_bound():
     plan = place(ranges, sizes, strategy="best")
     assert plan.size == peak_live_bytes(ranges, sizes)
     assert plan.placements == len(ranges)  # plain greedy reached it: nothing else ran
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REAL)
+def test_the_default_plans_every_real_trace_within_half_a_percent_of_the_bound(name):
+    ranges, sizes = load_instance(DATA / f"{name}.csv")
+    plan = place(ranges, sizes, alignment=1)
+    check(plan, ranges, sizes)
+    assert plan.size <= 1.005 * peak_live_bytes(ranges, sizes)
 
 
 def test_plans_do_not_depend_on_mapping_order():
