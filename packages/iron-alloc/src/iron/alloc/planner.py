@@ -336,7 +336,7 @@ class _Search:
             return
         peak = self.run("peak", self.order("peak"), True)
         large = self.n > BEST_FULL_LIMIT
-        layouts = []  # (top after compaction, label, order, best fit) of greedy layouts
+        layouts = []  # (top after compaction, order label, best fit) of greedy layouts
         for label in _LARGE_ORDERS if large else ORDERS[2:]:
             offsets = self.run(label, self.order(label), True)
             layouts.append((self.compact(offsets, f"{label}/best-fit"), label, True))
