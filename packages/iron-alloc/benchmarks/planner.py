@@ -28,7 +28,8 @@ def main() -> int:
         # itself depends on numpy only, the repository has iron-core too
         from iron.core.benchmarking import write_readme_section
 
-        write_readme_section(README, "planner", text)
+        command = " ".join(["python benchmarks/planner.py", *sys.argv[1:]])
+        write_readme_section(README, "planner", f"Command: `{command}`\n\n{text}")
         print(f"wrote {README}")
     return 0
 

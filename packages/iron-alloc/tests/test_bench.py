@@ -48,8 +48,9 @@ def test_quick_benchmark_prints_the_expected_rows():
         ("random_300_seed0", "64"),
     ]
     for r in rows:
-        naive, greedy, best = float(r[3]), float(r[4]), float(r[5])
-        assert 1.0 <= best <= greedy <= naive
+        naive, greedy, default, best = (float(cell) for cell in r[3:7])
+        assert 1.0 <= best <= default <= greedy <= naive
+    assert "- default never worse than greedy: met" in result.stdout
     assert "- best never worse than greedy: met" in result.stdout
 
 

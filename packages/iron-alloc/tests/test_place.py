@@ -1,5 +1,6 @@
 import random
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,9 @@ from iron.alloc import (
     peak_live_bytes,
     place,
 )
+from iron.alloc.bench import REAL, load_instance
+
+DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
 
 
 def records(sizes, intervals):
@@ -151,15 +155,50 @@ def test_best_is_never_worse_than_greedy_and_often_better():
     assert better >= 10
 
 
-def test_auto_is_best_up_to_the_limit_then_greedy(monkeypatch):
+def test_a_budget_the_search_does_not_use_up_gives_the_plan_of_best():
     rng = random.Random(3)
     ranges, sizes = random_instance(rng, 80, 30, 1000)
     best = place(ranges, sizes, alignment=1, strategy="best")
     greedy = place(ranges, sizes, alignment=1, strategy="greedy")
     assert best.size < greedy.size  # this instance tells the two apart
-    assert place(ranges, sizes, alignment=1).offsets == best.offsets
-    monkeypatch.setattr("iron.alloc.planner.BEST_AUTO_LIMIT", 79)
-    assert place(ranges, sizes, alignment=1).offsets == greedy.offsets
+    assert best.placements > 2 * len(ranges)  # several passes, so budgets below can cut it
+    for budget in (best.placements, best.placements + 1, 10 * best.placements, None):
+        assert place(ranges, sizes, alignment=1, budget=budget) == best
+
+
+def test_a_budget_buys_whole_passes_and_never_a_worse_plan():
+    rng = random.Random(4)
+    ranges, sizes = random_instance(rng, 80, 30, 1000)
+    n = len(ranges)
+    greedy = place(ranges, sizes, alignment=1, strategy="greedy")
+    assert greedy.placements == n
+    # plain greedy always runs, however small the budget
+    assert place(ranges, sizes, alignment=1, budget=0) == greedy
+    assert place(ranges, sizes, alignment=1, budget=2 * n - 1) == greedy
+    sizes_seen = []
+    for budget in (2 * n, 5 * n + 3, 20 * n, 80 * n):
+        plan = place(ranges, sizes, alignment=1, budget=budget)
+        check(plan, ranges, sizes)
+        assert plan.placements % n == 0 and n < plan.placements <= budget
+        sizes_seen.append(plan.size)
+    assert sizes_seen == sorted(sizes_seen, reverse=True) and sizes_seen[-1] < greedy.size
+
+
+def test_the_search_stops_at_the_lower_bound():
+    steps, sizes = steps_chain(8, 1024)
+    ranges = live_ranges(steps)
+    plan = place(ranges, sizes, strategy="best")
+    assert plan.size == peak_live_bytes(ranges, sizes)
+    assert plan.placements == len(ranges)  # plain greedy reached it: nothing else ran
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REAL)
+def test_the_default_plans_every_real_trace_within_half_a_percent_of_the_bound(name):
+    ranges, sizes = load_instance(DATA / f"{name}.csv")
+    plan = place(ranges, sizes, alignment=1)
+    check(plan, ranges, sizes)
+    assert plan.size <= 1.005 * peak_live_bytes(ranges, sizes)
 
 
 def test_plans_do_not_depend_on_mapping_order():
@@ -167,7 +206,7 @@ def test_plans_do_not_depend_on_mapping_order():
     ranges, sizes = random_instance(rng, 120, 30, 1000)
     shuffled = list(ranges)
     rng.shuffle(shuffled)
-    for strategy in ("greedy", "best"):
+    for strategy in ("greedy", "auto", "best"):
         first = place(ranges, sizes, strategy=strategy)
         again = place({n: ranges[n] for n in shuffled}, sizes, strategy=strategy)
         assert first == again
@@ -184,6 +223,9 @@ def test_plans_do_not_depend_on_mapping_order():
         ({"ranges": {"a": (0, 1)}}, TypeError, "range of 'a' must be a LiveRange, got tuple"),
         ({"fixed": [Allocation("a", 0, 8)]}, ValueError, "fixed allocation 'a' is also in ranges"),
         ({"fixed": [("w", 0, 8)]}, TypeError, "fixed entries must be Allocation"),
+        ({"budget": -1}, ValueError, r"budget must be >= 0 \(buffer placements\) or None, got -1"),
+        ({"budget": 2.0}, TypeError, "budget must be an int, got float"),
+        ({"budget": True}, TypeError, "budget must be an int, got bool"),
     ],
 )
 def test_bad_input_is_refused_by_name(kwargs, error, message):

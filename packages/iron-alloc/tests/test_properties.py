@@ -36,7 +36,7 @@ def graphs(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(graphs(), st.sampled_from([1, 64]), st.sampled_from(["greedy", "best"]))
+@given(graphs(), st.sampled_from([1, 64]), st.sampled_from(["greedy", "auto", "best"]))
 def test_plans_are_safe_bounded_and_deterministic(graph, alignment, strategy):
     steps, sizes = graph
     ranges = live_ranges(steps)
@@ -47,6 +47,26 @@ def test_plans_are_safe_bounded_and_deterministic(graph, alignment, strategy):
     if alignment == 1:
         assert plan.size <= sum(sizes[n] for n in ranges)
     assert place(ranges, sizes, alignment=alignment, strategy=strategy) == plan
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs(), st.sampled_from([1, 64]), st.integers(0, 400), st.integers(0, 400))
+def test_the_default_search_is_anytime(graph, alignment, budget, more):
+    """A budget buys a prefix of one fixed sequence of passes: never worse than
+    greedy, never worse with more budget, and once the budget is not used up
+    the plan is that of "best"."""
+    steps, sizes = graph
+    ranges = live_ranges(steps)
+    greedy = place(ranges, sizes, alignment=alignment, strategy="greedy")
+    small = place(ranges, sizes, alignment=alignment, budget=budget)
+    large = place(ranges, sizes, alignment=alignment, budget=budget + more)
+    check(small, ranges, sizes)
+    check(large, ranges, sizes)
+    assert large.size <= small.size <= greedy.size
+    assert place(ranges, sizes, alignment=alignment, budget=budget) == small
+    best = place(ranges, sizes, alignment=alignment, strategy="best")
+    if best.placements <= budget:
+        assert small == large == best
 
 
 @settings(max_examples=100, deadline=None)

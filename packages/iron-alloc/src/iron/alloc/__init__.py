@@ -9,11 +9,11 @@ Depends on numpy only; `render_png` needs the `plot` extra (matplotlib).
 from .arena import ArenaPlan
 from .check import OverlapError, check
 from .liveness import LiveRange, live_ranges, peak_live_bytes, touch_ranges
-from .planner import BEST_AUTO_LIMIT, Allocation, Plan, align_up, place
+from .planner import DEFAULT_BUDGET, Allocation, Plan, align_up, place
 from .render import render_png, render_text
 
 __all__ = [
-    "BEST_AUTO_LIMIT",
+    "DEFAULT_BUDGET",
     "Allocation",
     "ArenaPlan",
     "LiveRange",

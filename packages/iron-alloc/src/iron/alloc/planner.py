@@ -1,26 +1,34 @@
-"""Offsets for buffers in one arena: greedy by size with best fit, and the
-search over several greedy orders that `strategy="best"` runs.
+"""Offsets for buffers in one arena: greedy by size with best fit, and an
+anytime search over several greedy orders (the default strategy).
 
 Plain greedy is Pisarchyk & Lee's Greedy by Size for Offset Calculation, as
 in TFLite's GPU delegate: largest buffer first (ties by begin, then name),
 each into the smallest gap left by the already placed buffers that share a
 step with it, else on top. It is fast and lands within a few per mille of the
 lower bound on real traces, but 30-40% above it on hard synthetic cases. No
-single order wins everywhere, so "best" runs several orders (size, conflict,
-distance from the peak step, begin, end, lifetime, area; each with best fit
-and first fit), also lays each order out bottom-up on a skyline (see
-`skyline.py`: far better on hard synthetic cases), compacts each layout (see
+single order wins everywhere, so the search runs several orders (size,
+distance from the peak step, lifetime, conflict, begin, end, area; with best
+fit and first fit), lays each order out bottom-up on a skyline (see
+`skyline.py`: far better on hard synthetic cases), compacts layouts (see
 `_Search.compact`), then spends some rounds promoting the top layer of the
 best greedy orders and trying jittered orders, and keeps the smallest arena.
-Plain greedy is its first candidate and a later one must be strictly smaller
-to replace it, so "best" is never worse than "greedy".
+
+The search is anytime: candidates come cheapest and likeliest first (see
+`_Search._candidates`), and it stops when the next pass would overrun its
+budget, counted in buffer placements rather than seconds so that the same
+input and budget always give the same plan, or when an arena reaches the
+lower bound. Plain greedy is its first candidate and always runs, and a
+later one must be strictly smaller to replace it, so the search is never
+worse than "greedy".
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -30,18 +38,18 @@ from .liveness import LiveRange, load_profile
 from .skyline import skyline_offsets
 
 STRATEGIES = ("auto", "greedy", "best")
-BEST_AUTO_LIMIT = 1000
-"""`strategy="auto"` runs "best" up to this many buffers, plain greedy above."""
+DEFAULT_BUDGET = 120_000
+"""Buffer placements `strategy="auto"` may make; a pass places every buffer once."""
+ORDERS = ("size", "peak", "lifetime", "conflict", "begin", "end", "area")
+"""The greedy orders of the search, in the order it tries them."""
 BEST_FULL_LIMIT = 5000
-"""Above this many buffers "best" tries only `_LARGE_ORDERS`, no skyline, no improvement rounds."""
+"""Above this many buffers the search tries only `_LARGE_ORDERS` after size and peak."""
 BEST_WORK = 20_000_000
-"""Improvement rounds of "best" for n buffers: min(96, BEST_WORK // n**2)."""
+"""Improvement rounds for n buffers: min(96, BEST_WORK // n**2)."""
+_LARGE_ORDERS = ("lifetime", "conflict")
 _IMPROVE_ROUNDS = 96
-_LARGE_ORDERS = ("size", "peak", "conflict", "lifetime")
-_LARGE_COMPACTED = 2  # how many of the best layouts get compacted when there are many buffers
-_LARGE_COMPACT_PASSES = 4
 _IMPROVE_STARTS = 3  # the best orders that the improvement rounds start from
-_COMPACT_PASSES = 3
+_COMPACT_PASSES = 4
 _PROMOTION = (0.25, 0.5, 1.0)  # how far up a top buffer moves, as a share of its position
 
 
@@ -64,7 +72,8 @@ class Plan:
     `offsets[name]` is the byte offset of each planned buffer, a multiple of
     `alignment`; `size` is the arena size (the highest end of any planned or
     fixed allocation, 0 when empty); `fixed` are the allocations the plan was
-    made around; `strategy` names the order and fit that produced it.
+    made around; `strategy` names the order and fit that produced it;
+    `placements` counts the buffer placements spent finding it.
     """
 
     offsets: dict[str, int]
@@ -72,6 +81,7 @@ class Plan:
     alignment: int = 64
     fixed: tuple[Allocation, ...] = ()
     strategy: str = "size/best-fit"
+    placements: int = 0
 
 
 def align_up(value: int, alignment: int) -> int:
@@ -94,6 +104,7 @@ def place(
     alignment: int = 64,
     fixed: Iterable[Allocation] = (),
     strategy: str = "auto",
+    budget: int | None = DEFAULT_BUDGET,
 ) -> Plan:
     """Give every buffer in `ranges` an offset so that no two buffers sharing
     a step share a byte, in an arena as small as the strategy finds.
@@ -104,14 +115,19 @@ def place(
     offsets and count towards `plan.size`); their names must not be planned.
     A buffer of size 0 gets offset 0 and takes no bytes.
 
-    `strategy`: "greedy" is plain greedy by size with best fit; "best" runs
-    the search described in this module and keeps the smallest arena (never
-    larger than "greedy"); "auto" (default) is "best" for at most
-    `BEST_AUTO_LIMIT` buffers and "greedy" above. Every strategy is
-    deterministic: the same input gives the same offsets.
+    `strategy`: "greedy" is plain greedy by size with best fit; "auto"
+    (default) runs the search described in this module for at most `budget`
+    buffer placements (int >= 0, or None for no limit; a pass places every
+    buffer once and the first pass, plain greedy, always runs) and keeps the
+    smallest arena, never larger than "greedy"'s; "best" is "auto" without a
+    limit. Every strategy is deterministic: the same input and budget give
+    the same offsets, and any budget the search does not use up gives the
+    plan of "best". `plan.placements` is what the strategy spent.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"place: strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if budget is not None and _index("place", "budget", budget) < 0:
+        raise ValueError(f"place: budget must be >= 0 (buffer placements) or None, got {budget}")
     alignment = _index("place", "alignment", alignment)
     if alignment < 1:
         raise ValueError(f"place: alignment must be >= 1, got {alignment}")
@@ -153,13 +169,13 @@ def place(
     fixed_end = np.array([f.end for f in fixed if f.size > 0], np.int64)
     fixed_top = max((f.end for f in fixed), default=0)
 
-    search = _Search(begin, end, size, alignment, fixed_offset, fixed_end)
-    if strategy == "auto":
-        strategy = "best" if n <= BEST_AUTO_LIMIT else "greedy"
+    search = _Search(
+        begin, end, size, alignment, fixed_offset, fixed_end, budget if strategy == "auto" else None
+    )
     if strategy == "greedy":
-        search.run("size", search.size_order(), best_fit=True)
+        search.run("size", search.order("size"), best_fit=True)
     else:
-        search.best()
+        search.search()
     offsets = search.best_offsets
     top = int((offsets + size).max()) if n else 0
     return Plan(
@@ -168,6 +184,7 @@ def place(
         alignment=alignment,
         fixed=fixed,
         strategy=search.best_label,
+        placements=search.placements,
     )
 
 
@@ -175,66 +192,109 @@ def _fit(best_fit: bool) -> str:
     return "best-fit" if best_fit else "first-fit"
 
 
-class _Search:
-    """Greedy runs over one instance, remembering the smallest arena seen."""
+class _SearchOver(Exception):
+    """The next pass would overrun the budget, or the lower bound is reached."""
 
-    def __init__(self, begin, end, size, alignment, fixed_offset, fixed_end):
+
+class _Search:
+    """Greedy passes over one instance, remembering the smallest arena seen.
+
+    Each pass (greedy, compaction or skyline) places every non-empty buffer
+    once and is charged that many placements. The first pass always runs; a
+    later one ends the search instead when it would overrun `budget` (None: no
+    limit) or when the smallest arena already equals the lower bound.
+    """
+
+    def __init__(self, begin, end, size, alignment, fixed_offset, fixed_end, budget=None):
         self.begin, self.end, self.size = begin, end, size
         self.alignment = alignment
         self.fixed = (fixed_offset, fixed_end)
         self.name_rank = np.arange(len(size))  # names are sorted, so index = name order
         self.nonempty = size > 0
+        self.n = int(self.nonempty.sum())
+        self.budget = budget
+        self.placements = 0
         self.best_offsets = np.zeros(len(size), np.int64)
         self.best_top = None
         self.best_label = "size/best-fit"
+        self._orders: dict[str, np.ndarray] = {}
+        self._conflicts = None
 
-    def size_order(self) -> np.ndarray:
-        """Plain greedy's order: largest first, then by begin, then by name."""
-        return self._nonempty(np.lexsort((self.name_rank, self.begin, -self.size)))
+    @cached_property
+    def _peak(self) -> tuple[int, int]:
+        """The lower bound (most bytes live at one step) and the first step with it."""
+        times, live = load_profile(self.begin, self.end, self.size)
+        if len(live) == 0:
+            return 0, 0
+        return int(live.max()), int(times[np.argmax(live)])
 
-    def orders(self) -> dict[str, np.ndarray]:
-        """Candidate orders, each made total by ending in the name order."""
-        begin, end, size, rank = self.begin, self.end, self.size, self.name_rank
-        life = end - begin + 1
-        peak = self._peak_step()
-        keys = {
-            "conflict": (rank, begin, -size, -self._conflict()),
-            "peak": (rank, begin, -size, np.maximum(0, np.maximum(begin - peak, peak - end))),
-            "begin": (rank, -size, begin),
-            "end": (rank, begin, -size, -end),
-            "lifetime": (rank, begin, -size, -life),
-            "area": (rank, begin, -size, -size * life),
-        }
-        orders = {"size": self.size_order()}
-        orders.update((label, self._nonempty(np.lexsort(key))) for label, key in keys.items())
-        return orders
+    def order(self, label: str) -> np.ndarray:
+        """The non-empty buffers in the order `label` names (one of `ORDERS`):
+        by its key, then largest first, then by begin (begin: the reverse),
+        then by name, so every order is total."""
+        if label not in self._orders:
+            begin, end, size, rank = self.begin, self.end, self.size, self.name_rank
+            life = end - begin + 1
+            keys = {
+                "size": lambda: (),
+                "peak": lambda: (
+                    np.maximum(0, np.maximum(begin - self._peak[1], self._peak[1] - end)),
+                ),
+                "lifetime": lambda: (-life,),
+                "conflict": lambda: (-self.conflicts(),),
+                "end": lambda: (-end,),
+                "area": lambda: (-size * life,),
+            }
+            if label == "begin":
+                key = (rank, -size, begin)
+            else:
+                key = (rank, begin, -size, *keys[label]())
+            self._orders[label] = self._nonempty(np.lexsort(key))
+        return self._orders[label]
 
     def _nonempty(self, order: np.ndarray) -> np.ndarray:
         return order[self.nonempty[order]]
 
-    def _conflict(self) -> np.ndarray:
+    def conflicts(self) -> np.ndarray:
         """Bytes of every buffer sharing a step with each buffer (itself included)."""
-        by_begin = np.argsort(self.begin, kind="stable")
-        by_end = np.argsort(self.end, kind="stable")
-        begun = np.concatenate([[0], np.cumsum(self.size[by_begin])])
-        ended = np.concatenate([[0], np.cumsum(self.size[by_end])])
-        started_by_my_end = np.searchsorted(self.begin[by_begin], self.end, "right")
-        ended_before_me = np.searchsorted(self.end[by_end], self.begin, "left")
-        return begun[started_by_my_end] - ended[ended_before_me]
-
-    def _peak_step(self) -> int:
-        """The first step at which the most bytes are live."""
-        times, live = load_profile(self.begin, self.end, self.size)
-        return int(times[np.argmax(live)])
+        if self._conflicts is None:
+            by_begin = np.argsort(self.begin, kind="stable")
+            by_end = np.argsort(self.end, kind="stable")
+            begun = np.concatenate([[0], np.cumsum(self.size[by_begin])])
+            ended = np.concatenate([[0], np.cumsum(self.size[by_end])])
+            started_by_my_end = np.searchsorted(self.begin[by_begin], self.end, "right")
+            ended_before_me = np.searchsorted(self.end[by_end], self.begin, "left")
+            self._conflicts = begun[started_by_my_end] - ended[ended_before_me]
+        return self._conflicts
 
     def top(self, offsets: np.ndarray) -> int:
         return int((offsets + self.size).max(initial=0))
 
+    def _charge(self) -> None:
+        if self.best_top is not None and (
+            (self.budget is not None and self.placements + self.n > self.budget)
+            or self.best_top <= self._peak[0]
+        ):
+            raise _SearchOver
+        self.placements += self.n
+
     def run(self, label: str, order: np.ndarray, best_fit: bool) -> np.ndarray:
+        return self._greedy(order, best_fit, f"{label}/{_fit(best_fit)}")
+
+    def _greedy(self, order: np.ndarray, best_fit: bool, label: str) -> np.ndarray:
+        self._charge()
         offsets = greedy_offsets(
             self.begin, self.end, self.size, order, self.alignment, *self.fixed, best_fit
         )
-        self._keep(offsets, f"{label}/{_fit(best_fit)}")
+        self._keep(offsets, label)
+        return offsets
+
+    def skyline(self, label: str, order: np.ndarray) -> np.ndarray:
+        self._charge()
+        offsets = skyline_offsets(
+            self.begin, self.end, self.size, order, self.alignment, *self.fixed
+        )
+        self._keep(offsets, f"{label}/skyline")
         return offsets
 
     def _keep(self, offsets: np.ndarray, label: str) -> None:
@@ -242,79 +302,65 @@ class _Search:
         if self.best_top is None or top < self.best_top:
             self.best_top, self.best_offsets, self.best_label = top, offsets, label
 
-    def compact(self, offsets: np.ndarray, label: str, passes: int) -> int:
+    def compact(self, offsets: np.ndarray, label: str) -> int:
         """Turn the layout upside down and let every buffer fall as low as it
-        fits, in order of its (flipped) offset; repeat while that helps. Each
-        buffer then only meets buffers that were below it, which end no higher
-        than it starts, so nothing rises and the arena never grows (without
-        fixed allocations; with them the smallest arena is kept anyway).
-        Returns the smallest top reached."""
+        fits, in order of its (flipped) offset; repeat while that helps, up to
+        `_COMPACT_PASSES` times. Each buffer then only meets buffers that were
+        below it, which end no higher than it starts, so nothing rises and the
+        arena never grows (without fixed allocations; with them the smallest
+        arena is kept anyway). Returns the smallest top reached."""
         top = self.top(offsets)
-        for _ in range(passes):
+        for _ in range(_COMPACT_PASSES):
             flipped = top - (offsets + self.size)
             order = self._nonempty(np.lexsort((self.name_rank, flipped)))
-            offsets = greedy_offsets(
-                self.begin, self.end, self.size, order, self.alignment, *self.fixed, True
-            )
-            self._keep(offsets, f"{label}, compacted")
+            offsets = self._greedy(order, True, f"{label}, compacted")
             new_top = self.top(offsets)
             if new_top >= top:
                 break
             top = new_top
         return min(top, self.top(offsets))
 
-    def best(self) -> None:
-        n = int(self.nonempty.sum())
-        if n < 2:  # nothing to choose
-            self.run("size", self.size_order(), True)
-            return
-        large = n > BEST_FULL_LIMIT
-        orders = self.orders()
-        if large:  # the orders that win on real traces, best fit only
-            orders = {label: orders[label] for label in _LARGE_ORDERS}
-        tried = []  # (top, order label, order, best fit, offsets)
-        for label, order in orders.items():
-            for best_fit in (True,) if large else (True, False):
-                offsets = self.run(label, order, best_fit)
-                tried.append((self.top(offsets), label, order, best_fit, offsets))
-        if large:
-            tried.sort(key=lambda item: item[0])  # stable: ties keep the listing order
-            for _, label, _, best_fit, offsets in tried[:_LARGE_COMPACTED]:
-                self.compact(offsets, f"{label}/{_fit(best_fit)}", _LARGE_COMPACT_PASSES)
-            return
-        skylines = []  # the same orders, laid out bottom-up
-        for label, order in orders.items():
-            offsets = skyline_offsets(
-                self.begin, self.end, self.size, order, self.alignment, *self.fixed
-            )
-            self._keep(offsets, f"{label}/skyline")
-            skylines.append((self.top(offsets), label, offsets))
-        skylines.sort(key=lambda item: item[0])  # stable: ties keep the listing order
-        compacted = len(skylines) if n <= BEST_AUTO_LIMIT else _LARGE_COMPACTED
-        for _, label, offsets in skylines[:compacted]:
-            self.compact(offsets, f"{label}/skyline", _COMPACT_PASSES)
-        starts = sorted(
-            (
-                (
-                    self.compact(offsets, f"{label}/{_fit(best_fit)}", _COMPACT_PASSES),
-                    label,
-                    order,
-                    best_fit,
-                )
-                for _, label, order, best_fit, offsets in tried
-            ),
-            key=lambda item: item[0],
-        )
-        self._improve(n, [item[1:] for item in starts[:_IMPROVE_STARTS]])
+    def search(self) -> None:
+        """Run `_candidates` until they end, the budget does or the bound is reached."""
+        with suppress(_SearchOver):
+            self._candidates()
 
-    def _improve(self, n: int, starts: list[tuple[str, np.ndarray, bool]]) -> None:
+    def _candidates(self) -> None:
+        """Cheapest and likeliest first: plain greedy; the peak order (one
+        pass, often at the bound at once); the other orders with best fit,
+        each compacted. Up to `BEST_FULL_LIMIT` buffers then: the size and
+        peak layouts compacted, first fit for every order and a skyline of
+        every order, each compacted, and the improvement rounds."""
+        plain = self.run("size", self.order("size"), True)
+        if self.n < 2:  # nothing to choose
+            return
+        peak = self.run("peak", self.order("peak"), True)
+        large = self.n > BEST_FULL_LIMIT
+        layouts = []  # (top after compaction, order label, best fit) of greedy layouts
+        for label in _LARGE_ORDERS if large else ORDERS[2:]:
+            offsets = self.run(label, self.order(label), True)
+            layouts.append((self.compact(offsets, f"{label}/best-fit"), label, True))
+        if large:
+            return
+        for label, offsets in (("size", plain), ("peak", peak)):
+            layouts.append((self.compact(offsets, f"{label}/best-fit"), label, True))
+        for label in ORDERS:
+            offsets = self.run(label, self.order(label), False)
+            layouts.append((self.compact(offsets, f"{label}/first-fit"), label, False))
+        for label in ORDERS:
+            self.compact(self.skyline(label, self.order(label)), f"{label}/skyline")
+        layouts.sort(key=lambda item: item[0])  # stable: ties keep the listing order
+        starts = [(label, self.order(label), fit) for _, label, fit in layouts[:_IMPROVE_STARTS]]
+        self._improve(starts)
+
+    def _improve(self, starts: list[tuple[str, np.ndarray, bool]]) -> None:
         """`min(96, BEST_WORK // n**2)` rounds, each a greedy run and its
         compaction. Even rounds take the next of `starts` (label, order, fit)
         and promote its top layer for the following visit; odd rounds sort by
         size or conflict jittered by about 30% (a seeded generator)."""
-        keys = {"size": self.size.astype(float), "conflict": self._conflict().astype(float)}
+        keys = {"size": self.size.astype(float), "conflict": self.conflicts().astype(float)}
         rng = np.random.default_rng(0)
-        for k in range(min(_IMPROVE_ROUNDS, BEST_WORK // (n * n))):
+        for k in range(min(_IMPROVE_ROUNDS, BEST_WORK // (self.n * self.n))):
             if k % 2 == 0:
                 slot = (k // 2) % len(starts)
                 label, order, best_fit = starts[slot]
@@ -328,7 +374,7 @@ class _Search:
                 order = self._nonempty(np.lexsort((self.name_rank, -keys[key] * noise)))
                 label, best_fit = f"{key}+jitter", (k // 4) % 2 == 0
                 offsets = self.run(label, order, best_fit)
-            self.compact(offsets, f"{label}/{_fit(best_fit)}", _COMPACT_PASSES)
+            self.compact(offsets, f"{label}/{_fit(best_fit)}")
 
     def _promote(self, order: np.ndarray, offsets: np.ndarray, share: float) -> np.ndarray:
         """Move the top layer earlier in `order`, each buffer by `share` of its
