@@ -46,7 +46,7 @@ def test_the_parameter_moves_the_window_per_call():
 
 
 def test_a_window_past_the_tensor_is_out_of_bounds():
-    with pytest.raises(OutOfBoundsError, match="at start=769: .* reaches element 1024"):
+    with pytest.raises(OutOfBoundsError, match=r"at start=769: .* reaches element 1024"):
         simulate(windowed(NPU2), {"x": np.zeros(1024, np.int32)}, {"start": 769})
 
 

@@ -148,3 +148,32 @@ def test_the_scratchpad_layout_follows_aiecc_params_txt(tmp_path):
     (tmp_path / "program0.params.txt").write_text("2\nw0 3 i32 core\nw1 0 i32 addr\n")
     assert scratchpad_layout(str(tmp_path / "program0.elf")) == {"w0": (3, 2), "w1": (0, 0)}
     assert scratchpad_layout(str(tmp_path / "program1.json")) == {}
+
+
+def test_a_kernel_of_several_sources_is_built_as_iron_design_builds_it(tools, tmp_path):
+    """npu1's GELU links mlir-aie's lookup tables: each source is compiled,
+    then combined into the one object its link_with names."""
+    from iron.ops.eltwise import GELU
+
+    mlir_aie = tmp_path / "mlir_aie"
+    for file in ("include/aie_kernels/aie2/gelu.cc", "aie_runtime_lib/AIE2/lut_based_ops.cpp"):
+        (mlir_aie / file).parent.mkdir(parents=True, exist_ok=True)
+        (mlir_aie / file).write_text(f"// {file}\n")
+    toolchain, log = tools()
+    _tool(toolchain.peano / "bin" / "ld.lld", log, PEANO_BODY)
+    toolchain = Toolchain(toolchain.aiecc, toolchain.peano, mlir_aie)
+    seq = OperatorSequence("gelu", [(GELU(size=2048, tile_size=1024), "x", "y")], ["x"], ["y"],
+                           device=NPU1)  # fmt: skip
+    ToolchainSim(toolchain).compile(seq.runlist, seq.layout)
+    compiles = calls(log, "clang++")
+    sources = [c[c.index("-c") + 1] for c in compiles]
+    assert sources == [
+        str(mlir_aie / "include/aie_kernels/aie2/gelu.cc"),
+        str(mlir_aie / "aie_runtime_lib/AIE2/lut_based_ops.cpp"),
+    ]
+    assert all(f"-I{mlir_aie / 'aie_runtime_lib/AIE2'}" in c for c in compiles)
+    (link,) = calls(log, "ld.lld")
+    assert link[0] == "-r" and [Path(p).name for p in link[1:-2]] == [
+        Path(c[c.index("-o") + 1]).name for c in compiles
+    ]
+    assert Path(link[-1]).name == "kernel.o"

@@ -142,7 +142,24 @@ def aiecc_command(
 
 def peano_commands(design: Design, workdir, *, peano, mlir_aie=None) -> list[list[str]]:
     """The Peano commands that build each kernel object of `design` (see
-    `kernel_objects`) as ``workdir/<object>``, for the design's architecture.
+    `kernel_objects`) as ``workdir/<object>``, for the design's architecture
+    (`kernel_commands` for each)."""
+    built: dict[str, Kernel] = {}
+    for kernel, name in kernel_objects(design).items():
+        built.setdefault(name, kernel)
+    return [
+        command
+        for name, kernel in built.items()
+        for command in kernel_commands(
+            design, kernel, Path(workdir) / name, peano=peano, mlir_aie=mlir_aie
+        )
+    ]
+
+
+def kernel_commands(
+    design: Design, kernel: Kernel, output, *, peano, mlir_aie=None
+) -> list[list[str]]:
+    """The Peano commands that build `kernel`'s object as `output`.
 
     A kernel of one source is one compile. One with extra sources compiles
     each (every source with the kernel's include dirs, defines and flags)
@@ -150,41 +167,35 @@ def peano_commands(design: Design, workdir, *, peano, mlir_aie=None) -> list[lis
     Peano's ``ld.lld -r`` into the one object its ``link_with`` names.
     mlir-aie's examples compile the same sources separately and archive
     them (``kernels.a``); a relocatable link keeps one object per kernel."""
-    target = f"--target={design.device.arch}-none-unknown-elf"
-    includes = [f"-I{Path(mlir_aie) / 'include'}"] if mlir_aie else []
-    built: dict[str, Kernel] = {}
-    for kernel, name in kernel_objects(design).items():
-        built.setdefault(name, kernel)
-    commands = []
-    for name, kernel in built.items():
-        source = kernel.source
-        options = [
-            str(Path(peano) / "bin" / "clang++"),
-            *PEANO_FLAGS,
-            target,
-            *includes,
-            *(
-                f"-I{kernel_path(design, kernel, d, mlir_aie, directory=True)}"
-                for d in source.include_dirs
-            ),
-            *(f"-D{define}" for define in source.defines),
-            *kernel.flags,
-        ]
-        output = Path(workdir) / name
-        if not source.extra_sources:
-            commands.append(
-                [*options, "-c", str(kernel_source(design, kernel, mlir_aie)), "-o", str(output)]
-            )
-            continue
-        parts = []
-        for index, part in enumerate(source.parts):
-            path = kernel_path(design, kernel, part, mlir_aie)
-            parts.append(Path(workdir) / f"{output.stem}.{index}.{path.stem}.o")
-            commands.append([*options, "-c", str(path), "-o", str(parts[-1])])
-        commands.append(
-            [str(Path(peano) / "bin" / "ld.lld"), "-r", *map(str, parts), "-o", str(output)]
-        )
+    source, output = kernel.source, Path(output)
+    options = [
+        str(Path(peano) / "bin" / "clang++"),
+        *PEANO_FLAGS,
+        f"--target={design.device.arch}-none-unknown-elf",
+        *([f"-I{Path(mlir_aie) / 'include'}"] if mlir_aie else []),
+        *(
+            f"-I{kernel_path(design, kernel, d, mlir_aie, directory=True)}"
+            for d in source.include_dirs
+        ),
+        *(f"-D{define}" for define in source.defines),
+        *kernel.flags,
+    ]
+    if not source.extra_sources:
+        return [[*options, "-c", str(kernel_source(design, kernel, mlir_aie)), "-o", str(output)]]
+    commands, parts = [], []
+    for index, part in enumerate(source.parts):
+        path = kernel_path(design, kernel, part, mlir_aie)
+        parts.append(output.parent / f"{output.stem}.{index}.{path.stem}.o")
+        commands.append([*options, "-c", str(path), "-o", str(parts[-1])])
+    commands.append(
+        [str(Path(peano) / "bin" / "ld.lld"), "-r", *map(str, parts), "-o", str(output)]
+    )
     return commands
+
+
+def kernel_inputs(design: Design, kernel: Kernel, mlir_aie=None) -> list[Path]:
+    """Every file `kernel`'s object is compiled from, the main source first."""
+    return [kernel_path(design, kernel, part, mlir_aie) for part in kernel.source.parts]
 
 
 def kernel_source(design: Design, kernel: Kernel, mlir_aie=None) -> Path:

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from iron.design import Design, ToolchainError, aiecc_command
-from iron.design.aiecc import PEANO_FLAGS, Toolchain, kernel_source
+from iron.design.aiecc import PEANO_FLAGS, Toolchain, kernel_commands, kernel_inputs
 from iron.design.mlir import kernel_objects
 from iron.design.model import canonical
 from iron.dispatch.cache import CompileCache, file_sha256
@@ -69,26 +69,41 @@ def recipes(image: Image, toolchain: Toolchain | None) -> dict[str, dict]:
     return found
 
 
+#: where a recipe's commands put the object; the cache entry's folder at build time
+OUTPUT_DIR = "{entry}"
+
+
 def _recipe(design: Design, kernel, toolchain: Toolchain | None) -> dict:
     mlir_aie = toolchain.mlir_aie if toolchain else None
     try:
-        source = kernel_source(design, kernel, mlir_aie)
-    except ToolchainError:  # an mlir-aie kernel with no install here: its name is the recipe
-        source = None
+        inputs = kernel_inputs(design, kernel, mlir_aie)
+    except ToolchainError:  # an mlir-aie kernel with no install here: its names are the recipe
+        inputs = None
+    source, arch = kernel.source, design.device.arch
     return {
-        "source": str(kernel.source.path_for(design.device.arch)),
-        "package": kernel.source.package,
-        "source_sha256": file_sha256(source) if source else None,
+        "source": source.path_for(arch),
+        "package": source.package,
+        "extra_sources": [part.path_for(arch) for part in source.extra_sources],
+        "sources_sha256": [file_sha256(path) for path in inputs] if inputs else None,
+        "include_dirs": [d.path_for(arch) for d in source.include_dirs],
+        "defines": list(source.defines),
         "flags": [*PEANO_FLAGS, *kernel.flags],
-        "target": f"{design.device.arch}-none-unknown-elf",
+        "target": f"{arch}-none-unknown-elf",
         "includes": [str(Path(mlir_aie) / "include")] if mlir_aie else [],
-        "path": str(source) if source else None,
+        "path": str(inputs[0]) if inputs else None,
+        # iron.design's own build of the object, with this machine's paths
+        "commands": kernel_commands(
+            design, kernel, Path(OUTPUT_DIR) / "kernel.o", peano=toolchain.peano, mlir_aie=mlir_aie
+        )
+        if toolchain and inputs
+        else None,
     }
 
 
 def recipe_key(recipe: dict) -> str:
-    """Source bytes, flags, target and include directories: not the path."""
-    keyed = {k: v for k, v in recipe.items() if k not in ("path", "source", "package")}
+    """Source bytes, flags, defines, target and include directories: not
+    where the files or the tools are."""
+    keyed = {k: v for k, v in recipe.items() if k not in ("path", "source", "package", "commands")}
     return digest(json.dumps(keyed, sort_keys=True))
 
 
@@ -124,15 +139,14 @@ def write_artifacts(
 
 def kernel_object(recipe: dict, name: str, toolchain: Toolchain, cache: CompileCache) -> Path:
     """The object built from `recipe` with Peano: a cache entry of its own."""
-    if recipe["path"] is None:
+    if recipe["commands"] is None:
         raise ToolchainError(f"kernel object {name}: its source {recipe['source']} was not found")
 
     def build(staging: Path) -> dict:
-        command = [str(toolchain.peano / "bin" / "clang++"), *recipe["flags"],
-                   f"--target={recipe['target']}", *(f"-I{d}" for d in recipe["includes"]),
-                   "-c", recipe["path"], "-o", str(staging / "kernel.o")]  # fmt: skip
-        _run(f"kernel object {name}", "Peano", command, staging)
-        return {"recipe": recipe}
+        for command in recipe["commands"]:
+            command = [part.replace(OUTPUT_DIR, str(staging)) for part in command]
+            _run(f"kernel object {name}", Path(command[0]).name, command, staging)
+        return {"recipe": {k: v for k, v in recipe.items() if k != "commands"}}
 
     entry, _ = cache.get_or_build(recipe_key(recipe), build, kind="kernel", name=name)
     return entry / "kernel.o"
