@@ -156,6 +156,7 @@ class Operator:
 
     def __attrs_post_init__(self) -> None:
         check_field_types(self)
+        check_buffer_sizes(self)
         self.validate()
 
     # ---- declared surface -------------------------------------------------
@@ -317,6 +318,31 @@ def check_inputs(op: Operator, inputs) -> None:
             raise TypeError(
                 f"{name}: {spec.name}: shape {tuple(spec.shape)} of {dtype_name(spec.dtype)} "
                 f"by the arg spec, got {tuple(shape)} of {dtype_name(dtype)}"
+            )
+
+
+#: the largest runtime buffer an operator may declare: 1 TiB, beyond the
+#: memory of any host an NPU shares (and beyond any file it could come from)
+MAX_BUFFER_BYTES = 2**40
+
+
+def check_buffer_sizes(op: Operator) -> None:
+    """Raise `OperatorError` for a runtime buffer past `MAX_BUFFER_BYTES`,
+    from the shape rule alone (O(1) in the sizes), before `validate` or
+    `tune` plan anything per row or per tile. A shape rule that cannot run
+    on these parameters is left to `validate` to explain."""
+    rule = getattr(type(op), "arg_spec", None)
+    if rule is None or isinstance(op, Composite):
+        return
+    try:
+        specs = list(rule(**op.bind(rule)))
+    except Exception:  # noqa: BLE001 - validate names the rule these parameters break
+        return
+    for spec in specs:
+        if spec.nbytes > MAX_BUFFER_BYTES:
+            raise OperatorError(
+                f"{type(op).__name__}: {spec.name} {tuple(spec.shape)} is {spec.nbytes} bytes: "
+                f"at most {MAX_BUFFER_BYTES} (1 TiB) per buffer, beyond any NPU host's memory"
             )
 
 
