@@ -288,3 +288,27 @@ def test_a_checkpoint_truncated_under_a_running_model_raises_instead_of_sigbus(t
         f.truncate(4096)
     with pytest.raises(CheckpointError, match="truncated to 4096 bytes while mapped"):
         model.decode(int(np.argmax(logits)))
+
+
+def test_the_oracle_checks_its_file_before_reading_it(tiny_dir, tmp_path):
+    from iron.llama import Oracle
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_dir, model_dir)
+    oracle = Oracle.from_pretrained(model_dir)
+    oracle.logits([0, 5])
+    with open(model_dir / "model.safetensors", "r+b") as f:
+        f.truncate(4096)
+    with pytest.raises(CheckpointError, match="truncated to 4096 bytes while mapped"):
+        oracle.logits([0, 5])
+
+
+@pytest.mark.parametrize(
+    "content, rule", [(b"\xff\xfe bad", "not UTF-8 text"), (None, "cannot read")]
+)
+def test_a_prompt_file_that_cannot_be_read_is_named(tiny_dir, tmp_path, capsys, content, rule):
+    path = tmp_path / "prompt.txt"
+    if content is not None:
+        path.write_bytes(content)
+    code, _, err = run(capsys, "generate", "--model", tiny_dir, "--prompt-file", path)
+    assert code == 2 and f"--prompt-file {path}: {rule}" in err

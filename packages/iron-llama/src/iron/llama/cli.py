@@ -96,7 +96,7 @@ def _stream(
 
 
 def _generate(args: argparse.Namespace) -> int:
-    text = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
+    text = args.prompt if args.prompt is not None else _read_prompt(args.prompt_file)
     sampler = Sampler(args.temperature, args.top_k or None, args.seed)
     ids = Tokenizer.from_pretrained(args.model).prompt(text)
     model = _load(args, len(ids), args.num_tokens)
@@ -104,6 +104,17 @@ def _generate(args: argparse.Namespace) -> int:
     _stream(model, ids, args.num_tokens, sampler)
     print(model.metrics.table(), file=sys.stderr)
     return 0
+
+
+def _read_prompt(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"--prompt-file {path}: not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
+    except OSError as error:
+        raise ValueError(f"--prompt-file {path}: cannot read: {error.strerror or error}") from None
 
 
 def _check_accuracy(args: argparse.Namespace) -> int:
