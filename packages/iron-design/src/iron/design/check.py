@@ -80,6 +80,7 @@ from iron.design.model import (
     Scalar,
     Tile,
     element_type,
+    require_design,
     walk,
 )
 from iron.design.place import place
@@ -138,6 +139,7 @@ class Report:
 
 def check(design: Design) -> Report:
     """Measure `design` (placed first) against every limit of its device."""
+    require_design("check", design)
     name = design.name
     try:
         design = place(design)
