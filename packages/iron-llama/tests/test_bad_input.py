@@ -254,6 +254,16 @@ def test_make_synthetic_refuses_a_directory_holding_other_files(tmp_path, capsys
     assert (model / "config.json").read_text() == "{}"
 
 
+def test_make_synthetic_leaves_a_real_checkpoint_alone(tmp_path, capsys):
+    model = tmp_path / "real"
+    model.mkdir()
+    write_safetensors(model / "model.safetensors", {"w": np.ones(4, np.float32)})
+    before = (model / "model.safetensors").read_bytes()
+    code, _, err = run(capsys, "make-synthetic", model)
+    assert code == 2 and "is not a synthetic model (no iron.synthetic metadata)" in err
+    assert (model / "model.safetensors").read_bytes() == before
+
+
 def test_two_writers_of_one_file_never_share_a_partial_name(tmp_path):
     path = tmp_path / "model.safetensors"
     inner = {"b": np.full(8, 2, np.float32)}

@@ -190,6 +190,11 @@ def _write_synthetic(directory, config, preset, layers, seed, progress) -> None:
                 f"make_synthetic: {directory} holds files it did not write ({shown}); "
                 "give a new or empty directory, or one holding only a synthetic model"
             )
+        if _holds_a_real_model(directory):
+            raise ValueError(
+                f"make_synthetic: {directory / 'model.safetensors'} is not a synthetic model "
+                "(no iron.synthetic metadata); it is left alone: give another directory"
+            )
     work = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
     try:
         _write_text(work / "tokenizer.json", train_tokenizer().to_str(pretty=True))
@@ -210,6 +215,16 @@ def _write_synthetic(directory, config, preset, layers, seed, progress) -> None:
             os.replace(work, directory)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _holds_a_real_model(directory: Path) -> bool:
+    """Whether `directory` holds a readable checkpoint that this module did
+    not write (an unreadable one is no model to keep)."""
+    try:
+        with Checkpoint.open(directory) as checkpoint:
+            return any("iron.synthetic" not in f.metadata for f in checkpoint.files)
+    except (ValueError, OSError):
+        return False
 
 
 @contextlib.contextmanager
