@@ -149,3 +149,21 @@ def test_ops_show_with_a_parameter_of_the_wrong_type_exits_2(capsys):
     require_distribution("iron-example-plugin")
     assert main(["ops", "show", "Scale", "size=abc"]) == 2
     assert "Scale: size='abc': must be an int" in capsys.readouterr().err
+
+
+def test_spec_snapshot_into_a_missing_folder_exits_2_naming_it(tmp_path, capsys):
+    target = tmp_path / "absent" / "snapshot.json"
+    assert main(["spec", "snapshot", str(target)]) == 2
+    assert str(tmp_path / "absent") in capsys.readouterr().err
+
+
+def test_a_failed_snapshot_leaves_no_file_behind(tmp_path, monkeypatch):
+    from iron.core import snapshot
+
+    def broken(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(snapshot.json, "dumps", broken)
+    with pytest.raises(KeyboardInterrupt):
+        snapshot.write(tmp_path / "snapshot.json")
+    assert list(tmp_path.iterdir()) == []

@@ -281,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return stdout_closed()
     except (
+        OSError,  # a file the command was given: its message names it
         KeyError,
         OperatorError,
         BindError,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import enum
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -83,8 +85,17 @@ def snapshot(family: str | None = None, devices=None) -> dict:
 
 
 def write(path, family: str | None = None) -> dict:
+    """Snapshot the catalog into `path`, written under a private name and
+    renamed: a failure or an interrupt leaves no half-written snapshot."""
     data = snapshot(family)
-    Path(path).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    path = Path(path)
+    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(partial, path)
+    finally:
+        Path(partial).unlink(missing_ok=True)
     return data
 
 
