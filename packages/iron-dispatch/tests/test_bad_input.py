@@ -130,3 +130,18 @@ def test_load_checks_its_arguments():
 def test_graph_options_are_checked_when_the_function_is_made(kwargs, error, rule):
     with pytest.raises(error, match=rule):
         graph(lambda g, x: x, name="f", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "spec, rule",
+    [
+        ((1, 2, 3), r"model.compile: input x: a \(shape, dtype\) pair"),
+        ("big", r"model.compile: input x: a \(shape, dtype\) pair"),
+        (((1, -2), bf16), r"model.compile: input x: a shape of non-negative ints, got \(1, -2\)"),
+        ((("a",), bf16), r"model.compile: input x: a shape of non-negative ints"),
+    ],
+)
+def test_compile_names_the_input_whose_spec_is_malformed(spec, rule):
+    model = make_model(np.ones(N, bf16))
+    with pytest.raises(TypeError, match=rule):
+        model.compile(x=spec)

@@ -159,7 +159,12 @@ class GraphFunction:
             if key not in self.input_names or key in given:
                 raise TypeError(f"{self.name}: unexpected or repeated input {key!r}")
             given[key] = spec
-        return self._version(tuple((n, *_shape_dtype(given[n])) for n in self.input_names))
+        return self._version(
+            tuple(
+                (n, *_shape_dtype(given[n], f"{self.name}.compile: input {n}"))
+                for n in self.input_names
+            )
+        )
 
     def _version(self, signature) -> Version:
         if signature in self.versions:
@@ -407,8 +412,19 @@ def _parameters(fn, name: str) -> tuple[list[str], list[str]]:
     return inputs, values
 
 
-def _shape_dtype(spec) -> tuple[tuple[int, ...], np.dtype]:
+def _shape_dtype(spec, where: str) -> tuple[tuple[int, ...], np.dtype]:
     if hasattr(spec, "shape") and hasattr(spec, "dtype"):
         return tuple(spec.shape), as_dtype(spec.dtype)
+    rule = "a (shape, dtype) pair or anything with .shape and .dtype"
+    if not isinstance(spec, (tuple, list)) or len(spec) != 2:
+        raise TypeError(f"{where}: {rule}, got {spec!r}")
     shape, dtype = spec
-    return ((shape,) if isinstance(shape, int) else tuple(shape)), as_dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise TypeError(f"{where}: a shape of non-negative ints, got {spec[0]!r}")
+    try:
+        return tuple(int(d) for d in shape), as_dtype(dtype)
+    except TypeError as error:
+        raise TypeError(f"{where}: {error}") from None
