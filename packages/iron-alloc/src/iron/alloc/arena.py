@@ -39,6 +39,15 @@ class ArenaPlan:
     def residents(self) -> dict[Hashable, tuple[int, int]]:
         return {key: (a.offset, a.size) for key, a in self._residents.items()}
 
+    def state(self) -> tuple:
+        """What `restore` needs to undo every `place_image` since: a caller
+        whose image fails later (its memory cannot be allocated) puts the
+        plan back as it was, so the images that worked keep their size."""
+        return dict(self._residents), self._size
+
+    def restore(self, state: tuple) -> None:
+        self._residents, self._size = dict(state[0]), state[1]
+
     def place_image(
         self,
         steps: Sequence[Step],

@@ -17,10 +17,12 @@ with its corpus and can write the report into the package README.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import platform
 import random
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -35,20 +37,52 @@ QUICK = ("minimalloc_A", "minimalloc_F")
 REAL = ("somas_resnet50", "somas_pangu_2.6B", "iopddl_G_1", "iopddl_S_1", "iopddl_Y_1")
 
 
+class InstanceError(ValueError):
+    """A CSV instance that breaks a rule: the file, the row and the rule named."""
+
+
 def load_instance(path: str | Path) -> tuple[dict[str, LiveRange], dict[str, int]]:
     """Ranges and sizes from a CSV of `id,lower,upper,size` rows, where a
-    buffer is live on the half-open `[lower, upper)`: inclusive `[lower, upper - 1]`."""
+    buffer is live on the half-open `[lower, upper)`: inclusive `[lower, upper - 1]`.
+    Raises `InstanceError` naming the file, the line and the rule."""
     ranges, sizes = {}, {}
-    with open(path, newline="") as file:
-        for row in csv.DictReader(file):
-            name, lower, upper = row["id"], int(row["lower"]), int(row["upper"])
-            if upper <= lower:
-                raise ValueError(
-                    f"load_instance: {path}: buffer {name} has upper {upper} <= lower {lower}"
+    try:
+        with open(path, newline="", encoding="utf-8") as file:
+            reader = csv.DictReader(file)
+            missing = {"id", "lower", "upper", "size"} - set(reader.fieldnames or ())
+            if missing:
+                raise InstanceError(
+                    f"{path}: the header must name id, lower, upper and size "
+                    f"(missing {', '.join(sorted(missing))})"
                 )
-            ranges[name] = LiveRange(lower, upper - 1)
-            sizes[name] = int(row["size"])
+            for row in reader:
+                where = f"{path}: line {reader.line_num}"
+                name = row["id"]
+                try:
+                    lower, upper, size = (int(row[k]) for k in ("lower", "upper", "size"))
+                except (TypeError, ValueError):
+                    raise InstanceError(
+                        f"{where}: lower, upper and size must be integers"
+                    ) from None
+                if not 0 <= lower < upper or size < 0:
+                    raise InstanceError(
+                        f"{where}: buffer {_printable(name)} needs 0 <= lower < upper and "
+                        f"size >= 0, got lower {lower}, upper {upper}, size {size}"
+                    )
+                if name in ranges:
+                    raise InstanceError(f"{where}: buffer {_printable(name)} appears twice")
+                ranges[name] = LiveRange(lower, upper - 1)
+                sizes[name] = size
+    except OSError as error:
+        raise InstanceError(f"{path}: cannot read: {error.strerror or error}") from None
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise InstanceError(f"{path}: not a CSV instance: {error}") from None
     return ranges, sizes
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters escaped: names from a file reach a terminal."""
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def random_steps(n: int, seed: int = 0) -> tuple[list[Step], dict[str, int]]:
@@ -150,7 +184,7 @@ def instances(data: Path | None, quick: bool, seed: int, random_n: int):
     if data is not None:
         for path in sorted(data.glob("*.csv")):
             if not quick or path.stem in QUICK:
-                yield (path.stem, *load_instance(path))
+                yield (_printable(path.stem), *load_instance(path))
     steps, sizes = random_steps(random_n, seed)
     ranges = live_ranges(steps)
     yield f"random_{random_n}_seed{seed}", ranges, {n: sizes[n] for n in ranges}
@@ -228,19 +262,37 @@ def parser(default_data: Path | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random graph")
     parser.add_argument(
         "--random",
-        type=int,
+        type=_bounded(1, MAX_RANDOM_STEPS),
         default=None,
         help="steps of the random graph (default 5000, quick 300)",
     )
-    parser.add_argument("--alignments", type=int, nargs="+", default=[1, 64])
+    parser.add_argument("--alignments", type=_bounded(1, MAX_ALIGNMENT), nargs="+", default=[1, 64])
     return parser
+
+
+#: bounds checked before any work: a plan of more steps would run for hours
+MAX_RANDOM_STEPS = 1_000_000
+MAX_ALIGNMENT = 2**30
+
+
+def _bounded(lowest: int, highest: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lowest <= value <= highest:
+            raise argparse.ArgumentTypeError(f"{value}: must be from {lowest} to {highest}")
+        return value
+
+    return parse
 
 
 def report(args: argparse.Namespace) -> str:
     """Plan every instance `args` selects, printing each row as it is
     measured; the whole table, the machine and the goals as text."""
     if args.data is not None and not args.data.is_dir():
-        raise SystemExit(f"--data {args.data} is not a folder")
+        raise InstanceError(f"--data {_printable(args.data)}: not a folder")
     random_n = args.random if args.random is not None else (300 if args.quick else 5000)
     load_before = os.getloadavg()[0]
     rows = []
@@ -266,9 +318,20 @@ def report(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None, default_data: Path | None = None) -> int:
-    text = report(parser(default_data).parse_args(argv))
-    print()
-    print(text)
+    """Exit 0, or 2 with the file and the rule for an instance that breaks one."""
+    args = parser(default_data).parse_args(argv)
+    try:
+        text = report(args)
+        print()
+        print(text)
+        sys.stdout.flush()  # a closed pipe shows here, where it is caught, not at exit
+    except InstanceError as error:
+        print(f"iron-alloc-bench: error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        with contextlib.suppress(OSError, ValueError):  # stdout without a descriptor
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
 
 

@@ -16,6 +16,7 @@ from iron.core import environment, registry, settings, snapshot
 from iron.core.device import Device
 from iron.core.operator import BindError, Composite, OperatorError
 from iron.core.spec import dtype_name
+from iron.core.terminal import printable, stdout_closed
 
 
 def parse_value(text: str):
@@ -49,7 +50,9 @@ def parse_params(items: list[str], command: str) -> dict:
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
-    """Left-aligned columns under `header`, two spaces apart."""
+    """Left-aligned columns under `header`, two spaces apart; cells are made
+    printable (plugin names and errors come from outside)."""
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip()]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -91,13 +94,13 @@ def ops_show(args) -> int:
     if args.json:
         print(json.dumps({"operator": entry.name, "device": device.key, **described}, indent=1))
         return 0
-    print(f"{entry.name}  ({entry.target}, family {entry.family})")
+    print(printable(f"{entry.name}  ({entry.target}, family {entry.family})"))
     if entry.summary:
-        print(f"  {entry.summary}")
+        print(printable(f"  {entry.summary}"))
     print(f"device {device.name}: {device.columns} columns, {device.arch}")
     print("parameters:")
     for name, value in described["params"].items():
-        print(f"  {name} = {value}")
+        print(printable(f"  {name} = {value}"))
     per_call = op.per_call_members()
     if per_call:
         print("per-call: " + ", ".join(f"{n} ({dtype_name(d)})" for n, d in per_call.items()))
@@ -170,8 +173,10 @@ def doctor_cmd(args) -> int:
     for info in registry.plugins():
         problems += info.status == "failed"
         print(
-            f"  {info.name} ({info.distribution} {info.version}): {info.status}"
-            + (f": {info.error}" if info.error else "")
+            printable(
+                f"  {info.name} ({info.distribution} {info.version}): {info.status}"
+                + (f": {info.error}" if info.error else "")
+            )
         )
     print("NPU stack:")
     for probe in (environment.mlir_aie(), environment.pyxrt(), environment.npu_device()):
@@ -181,7 +186,7 @@ def doctor_cmd(args) -> int:
         print("plugins report:")
         for label, value, ok in findings:
             problems += not ok
-            print(f"  {'' if ok else 'PROBLEM '}{label}: {value}")
+            print(printable(f"  {'' if ok else 'PROBLEM '}{label}: {value}"))
     return 1 if problems else 0
 
 
@@ -197,11 +202,11 @@ def spec_snapshot(args) -> int:
 def spec_diff(args) -> int:
     changes = snapshot.check_file(args.file)
     for line in changes:
-        print(line)
+        print(printable(line))
     if changes:
-        print(f"{len(changes)} change(s) against {args.file}", file=sys.stderr)
+        print(f"{len(changes)} change(s) against {printable(args.file)}", file=sys.stderr)
         return 1
-    print(f"no change against {args.file}")
+    print(f"no change against {printable(args.file)}")
     return 0
 
 
@@ -256,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             configure = entry.load()
         except registry.RegistryError as error:
-            print(f"iron: skipping command {entry.name}: {error}", file=sys.stderr)
+            print(printable(f"iron: skipping command {entry.name}: {error}"), file=sys.stderr)
             continue
         configure(commands.add_parser(entry.name, help=entry.help))
     return parser
@@ -266,12 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         debug = settings.current().debug
     except ValueError as error:  # a malformed IRON_* variable
-        print(f"iron: {error}", file=sys.stderr)
+        print(printable(f"iron: {error}"), file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args) or 0
+        status = args.func(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, where it is caught, not at exit
+        return status
+    except BrokenPipeError:
+        return stdout_closed()
     except (
+        OSError,  # a file the command was given: its message names it
         KeyError,
         OperatorError,
         BindError,
@@ -282,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"iron: {message}", file=sys.stderr)
+        print(f"iron: {printable(message)}", file=sys.stderr)
         return 2
 
 

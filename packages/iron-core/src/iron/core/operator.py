@@ -30,9 +30,13 @@ are never part of identity.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import inspect
 import re
+import sys
+import types
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -151,6 +155,8 @@ class Operator:
     cases: ClassVar[tuple[Case, ...]] = ()
 
     def __attrs_post_init__(self) -> None:
+        check_field_types(self)
+        check_buffer_sizes(self)
         self.validate()
 
     # ---- declared surface -------------------------------------------------
@@ -244,12 +250,19 @@ class Operator:
             raise TypeError(
                 f"{type(self).__name__} has no per-call member {', '.join(sorted(unknown))}"
             )
+        if not isinstance(self, Composite):
+            check_inputs(self, inputs)
         out = self.reference(*inputs, **{m: values.get(m, getattr(self, m)) for m in members})
         return out if isinstance(out, tuple) else (out,)
 
     def resolve(self, device: Device) -> Operator:
         """A copy resolved for `device`: tunables left unset are filled by
         `tune` and every rule is checked again with the device known."""
+        if not isinstance(device, Device):
+            raise TypeError(
+                f"{type(self).__name__}.resolve: device must be a Device "
+                f"(Device.from_name({_text(device)}) for a name), got {type(device).__name__}"
+            )
         if self.device == device:
             return self
         chosen = {k: v for k, v in self.tune(device).items() if getattr(self, k) is None}
@@ -283,6 +296,152 @@ class Operator:
         return [
             random_array(rng, spec.shape, spec.dtype) for spec in self.arg_specs() if spec.reads
         ]
+
+
+def check_inputs(op: Operator, inputs) -> None:
+    """Raise `TypeError` unless `inputs` are one array per spec `op` reads,
+    each of that spec's shape and dtype: a reference given the wrong arrays
+    would broadcast or cast them and answer for an operator that was not
+    asked."""
+    reads = [spec for spec in op.arg_specs() if spec.reads]
+    name = type(op).__name__
+    if len(inputs) != len(reads):
+        raise TypeError(
+            f"{name}: reference takes {len(reads)} array(s) "
+            f"({', '.join(s.name for s in reads)}), got {len(inputs)}"
+        )
+    for spec, array in zip(reads, inputs):
+        shape, dtype = getattr(array, "shape", None), getattr(array, "dtype", None)
+        if shape is None or dtype is None:
+            raise TypeError(f"{name}: {spec.name}: a numpy array, got {type(array).__name__}")
+        if tuple(shape) != tuple(spec.shape) or np.dtype(dtype) != np.dtype(spec.dtype):
+            raise TypeError(
+                f"{name}: {spec.name}: shape {tuple(spec.shape)} of {dtype_name(spec.dtype)} "
+                f"by the arg spec, got {tuple(shape)} of {dtype_name(dtype)}"
+            )
+
+
+#: the largest runtime buffer an operator may declare: 1 TiB, beyond the
+#: memory of any host an NPU shares (and beyond any file it could come from)
+MAX_BUFFER_BYTES = 2**40
+
+
+def check_buffer_sizes(op: Operator) -> None:
+    """Raise `OperatorError` for a runtime buffer past `MAX_BUFFER_BYTES`,
+    from the shape rule alone (O(1) in the sizes), before `validate` or
+    `tune` plan anything per row or per tile. A shape rule that cannot run
+    on these parameters is left to `validate` to explain."""
+    rule = getattr(type(op), "arg_spec", None)
+    if rule is None or isinstance(op, Composite):
+        return
+    try:
+        specs = list(rule(**op.bind(rule)))
+    except Exception:  # validate names the rule these parameters break
+        return
+    for spec in specs:
+        if spec.nbytes > MAX_BUFFER_BYTES:
+            raise OperatorError(
+                f"{type(op).__name__}: {spec.name} {tuple(spec.shape)} is {spec.nbytes} bytes: "
+                f"at most {MAX_BUFFER_BYTES} (1 TiB) per buffer, beyond any NPU host's memory"
+            )
+
+
+# ---- parameter types from field annotations ----------------------------------
+
+
+def check_field_types(op: Operator) -> None:
+    """Raise `OperatorError` for a field whose value does not match its
+    annotation: `int` takes integers but not bools, floats or strings;
+    `float` takes ints too; `bool` takes only bools; `X | None` takes None;
+    enums, tuples and classes are checked by isinstance. An annotation this
+    cannot read (a forward reference, a generic it does not know) is left
+    to the operator's own `validate`."""
+    for name, annotation in _field_annotations(type(op)).items():
+        value = getattr(op, name)
+        if _matches(value, annotation) is False:
+            raise OperatorError(
+                f"{type(op).__name__}: {name}={_shown(value)}: must be {_describe(annotation)}, "
+                f"not {type(value).__name__}"
+            )
+
+
+@functools.cache
+def _field_annotations(cls: type) -> dict[str, Any]:
+    namespace = vars(sys.modules.get(cls.__module__, typing))
+    found = {}
+    for field in attrs.fields(cls):
+        annotation = field.type
+        if isinstance(annotation, str):
+            try:
+                # the class's own annotation text, read as typing.get_type_hints would
+                annotation = eval(annotation, dict(namespace))
+            except Exception:  # an annotation only a type checker can read
+                continue
+        if annotation is not None and field.name != "device":
+            found[field.name] = annotation
+    return found
+
+
+def _matches(value, annotation) -> bool | None:
+    """True or False where the annotation is understood; None otherwise."""
+    if annotation is Any:
+        return True
+    if annotation is None or annotation is type(None):
+        return value is None
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        verdicts = [_matches(value, arm) for arm in typing.get_args(annotation)]
+        return True if True in verdicts else (None if None in verdicts else False)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        arms = typing.get_args(annotation)
+        if len(arms) == 2 and arms[1] is Ellipsis:
+            arms = (arms[0],) * len(value)
+        elif len(arms) != len(value):
+            return False
+        verdicts = [_matches(v, arm) for v, arm in zip(value, arms)]
+        return False not in verdicts
+    if annotation is bool:
+        return isinstance(value, (bool, np.bool_))
+    if annotation is int:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if annotation is float:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+            value, (bool, np.bool_)
+        )
+    if isinstance(annotation, type) and origin is None:
+        return isinstance(value, annotation)
+    return None
+
+
+def _describe(annotation) -> str:
+    origin = typing.get_origin(annotation)
+    if annotation is None or annotation is type(None):
+        return "None"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arm) for arm in typing.get_args(annotation))
+    if origin is tuple:
+        arms = typing.get_args(annotation)
+        if len(arms) == 2 and arms[1] is Ellipsis:
+            return f"a tuple of {_describe(arms[0])}"
+        return f"a tuple of {len(arms)} ({', '.join(_describe(a) for a in arms)})"
+    plain = {
+        int: "an int (a whole number; not a bool, float or string)",
+        float: "a number",
+        bool: "a bool (true or false)",
+        str: "a string",
+    }
+    if annotation in plain:
+        return plain[annotation]
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return f"one of {', '.join(repr(m.value) for m in annotation)}"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _shown(value) -> str:
+    text = _text(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import enum
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -83,8 +85,17 @@ def snapshot(family: str | None = None, devices=None) -> dict:
 
 
 def write(path, family: str | None = None) -> dict:
+    """Snapshot the catalog into `path`, written under a private name and
+    renamed: a failure or an interrupt leaves no half-written snapshot."""
     data = snapshot(family)
-    Path(path).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    path = Path(path)
+    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(partial, path)
+    finally:
+        Path(partial).unlink(missing_ok=True)
     return data
 
 
@@ -119,8 +130,44 @@ def _change(was, now) -> str:
     return "; ".join(f"{k} {json.dumps(was.get(k))} -> {json.dumps(now.get(k))}" for k in keys)
 
 
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be read or is not a snapshot."""
+
+
+def load(path) -> dict:
+    """The snapshot at `path`, its shape checked: a mapping with an
+    `operators` mapping (operator -> case -> device -> mapping), a `devices`
+    list of names and a `family` name or null. Raises `SnapshotError` naming
+    the file and the rule."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SnapshotError(
+            f"{path}: cannot read the snapshot: {error.strerror or error}"
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SnapshotError(f"{path}: not a JSON snapshot: {error}") from None
+    if not isinstance(data, dict):
+        raise SnapshotError(f"{path}: a snapshot is a JSON object, got {type(data).__name__}")
+    operators, devices = data.get("operators", {}), data.get("devices")
+    if not isinstance(operators, dict) or not all(
+        isinstance(cases, dict)
+        and all(isinstance(rows, dict) for rows in cases.values())
+        and all(isinstance(row, dict) for rows in cases.values() for row in rows.values())
+        for cases in operators.values()
+    ):
+        raise SnapshotError(f"{path}: 'operators' must map operator -> case -> device -> an object")
+    if devices is not None and not (
+        isinstance(devices, list) and all(isinstance(d, str) for d in devices)
+    ):
+        raise SnapshotError(f"{path}: 'devices' must be a list of device names")
+    if not isinstance(data.get("family"), (str, type(None))):
+        raise SnapshotError(f"{path}: 'family' must be a family name or null")
+    return data
+
+
 def check_file(path) -> list[str]:
     """Differences between the snapshot at `path` and the installed catalog
     (same family filter and devices as recorded in the file)."""
-    old = json.loads(Path(path).read_text())
+    old = load(path)
     return diff(old, snapshot(old.get("family"), old.get("devices")))

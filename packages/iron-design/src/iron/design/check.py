@@ -86,6 +86,7 @@ from iron.design.model import (
     SetLock,
     Tile,
     element_type,
+    require_design,
     walk,
 )
 from iron.design.place import place
@@ -146,6 +147,7 @@ class Report:
 
 def check(design: Design) -> Report:
     """Measure `design` (placed first) against every limit of its device."""
+    require_design("check", design)
     name = design.name
     try:
         design = place(design)

@@ -37,6 +37,17 @@ class DesignError(ValueError):
     """A design that is malformed, or (from `validate`) breaks a device limit."""
 
 
+def require_design(caller: str, value) -> None:
+    """Raise `TypeError` naming `caller` unless `value` is a `Design`: a
+    name or an operator given instead would fail deep inside with an
+    AttributeError that names neither."""
+    if not isinstance(value, Design):
+        hint = " (call the operator's design(device))" if hasattr(value, "design") else ""
+        raise TypeError(
+            f"{caller}: design must be an iron.design.Design{hint}, got {type(value).__name__}"
+        )
+
+
 # ---- element types -------------------------------------------------------------
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import attrs
 
-from iron.design.model import Design, DesignError, Endpoint, ObjectFifo, Tile
+from iron.design.model import Design, DesignError, Endpoint, ObjectFifo, Tile, require_design
 
 
 def place(design: Design) -> Design:
     """`design` with a tile on every worker, link and shim endpoint (a placed
     design as it is: check, usage, simulate and to_mlir each place first)."""
+    require_design("place", design)
     if is_placed(design):
         return design
     device = design.device

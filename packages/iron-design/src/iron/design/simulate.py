@@ -106,6 +106,7 @@ from iron.design.model import (
     Worker,
     element_type,
     link_offsets,
+    require_design,
     walk,
 )
 from iron.design.place import place
@@ -225,6 +226,7 @@ def simulate(design: Design, tensors: Mapping[str, np.ndarray], params=None) -> 
     Raises `SimulationError` subclasses for designs that cannot run, and
     `ValueError` for tensors or parameters that do not fit the design.
     """
+    require_design("simulate", design)
     machine = _Machine(place(design), _arrays(design, tensors), _params(design, params))
     machine.run()
     return Simulation(machine.design, machine.arrays, machine.traffic())

@@ -31,7 +31,7 @@ import numpy as np
 from iron.alloc import ArenaPlan
 from iron.core import Device, as_dtype, dtype_name, settings
 from iron.core.capture import Graph, Value, storage_key
-from iron.dispatch.backends import Backend
+from iron.dispatch.backends import MODES, Backend
 from iron.dispatch.executable import allocate
 from iron.dispatch.image import design_summary
 from iron.dispatch.layout import Layout, arena_layout
@@ -142,6 +142,21 @@ class GraphFunction:
                 raise ValueError(f"IRON_DEVICE={current.device!r}: {error}") from error
         elif isinstance(device, str):
             device = Device.from_name(device)
+        elif not isinstance(device, Device):
+            raise TypeError(
+                f"graph {self.name}: device must be a Device or a device name, "
+                f"got {type(device).__name__}"
+            )
+        if mode not in MODES:
+            raise ValueError(f"graph {self.name}: mode={mode!r}: one of {', '.join(MODES)}")
+        if isinstance(flags, str) or not all(isinstance(f, str) for f in flags):
+            raise TypeError(
+                f"graph {self.name}: flags must be a sequence of strings, got {flags!r}"
+            )
+        if poison is not None and not isinstance(poison, bool):
+            raise TypeError(
+                f"graph {self.name}: poison must be True, False or None, got {poison!r}"
+            )
         self.device, self.mode, self.flags = device, mode, tuple(flags)
         self.trace_size = trace_size
         self.poison = current.poison if poison is None else poison
@@ -173,11 +188,38 @@ class GraphFunction:
             if key not in self.input_names or key in given:
                 raise TypeError(f"{self.name}: unexpected or repeated input {key!r}")
             given[key] = spec
-        return self._version(tuple((n, *_shape_dtype(given[n])) for n in self.input_names))
+        return self._version(
+            tuple(
+                (n, *_shape_dtype(given[n], f"{self.name}.compile: input {n}"))
+                for n in self.input_names
+            )
+        )
 
     def _version(self, signature) -> Version:
         if signature in self.versions:
             return self.versions[signature]
+        # all or nothing: a version that fails anywhere (its memory cannot be
+        # allocated, its backend refuses it) must not leave the shared arena
+        # grown, or every version that worked would fail to allocate it too
+        saved = self._state()
+        try:
+            return self._compile_version(signature)
+        except BaseException:
+            self._restore(saved)
+            raise
+
+    def _state(self) -> tuple:
+        regions = dict(self._memory.buffer.regions) if self._memory is not None else None
+        return self.arena.state(), self._memory, regions, dict(self._weights), dict(self._states)
+
+    def _restore(self, saved: tuple) -> None:
+        plan, memory, regions, weights, states = saved
+        self.arena.restore(plan)
+        self._memory, self._weights, self._states = memory, weights, states
+        if memory is not None:
+            memory.buffer.regions = regions
+
+    def _compile_version(self, signature) -> Version:
         log.info(
             "%s: compiling for %s",
             self.name,
@@ -267,7 +309,16 @@ class GraphFunction:
     def load(self, release=None, piece_bytes: int = PIECE_BYTES) -> int:
         """Upload every weight not uploaded yet, in pieces of at most
         `piece_bytes`, straight into the arena (no whole-array temporary),
-        calling ``release(piece)`` after each piece. Returns bytes uploaded."""
+        calling ``release(piece)`` after each piece. Returns bytes uploaded.
+
+        Weights are uploaded once: a weight array changed in place after
+        `load` is not seen by later calls until `reload_weights`."""
+        if isinstance(piece_bytes, bool) or not isinstance(piece_bytes, (int, np.integer)):
+            raise TypeError(f"{self.name}.load: piece_bytes must be an int, got {piece_bytes!r}")
+        if piece_bytes < 1:
+            raise ValueError(f"{self.name}.load: piece_bytes must be >= 1, got {piece_bytes}")
+        if release is not None and not callable(release):
+            raise TypeError(f"{self.name}.load: release must be callable or None")
         if self._memory is None:
             raise RuntimeError(
                 f"{self.name}: nothing compiled yet; call compile() or the function first"
@@ -290,6 +341,20 @@ class GraphFunction:
             uploaded += nbytes
         return uploaded
 
+    def reload_weights(self, *names: str, release=None, piece_bytes: int = PIECE_BYTES) -> int:
+        """Upload weights again (all, or those named): after their arrays
+        were changed in place, since `load` uploads each storage once."""
+        unknown = [n for n in names if n not in self._weights]
+        if unknown:
+            raise KeyError(
+                f"{self.name} has no weight {', '.join(map(repr, unknown))} "
+                f"(weights: {', '.join(self._weights) or 'none'})"
+            )
+        if self._memory is not None:
+            for name in names or self._weights:
+                self._memory.loaded.discard(self._weights[name][0])
+        return self.load(release=release, piece_bytes=piece_bytes)
+
     def _check_state(self, name: str) -> tuple:
         if name not in self._states:
             raise KeyError(
@@ -305,6 +370,14 @@ class GraphFunction:
 
     def write_state(self, name: str, array) -> None:
         offset, nbytes, dtype, shape = self._check_state(name)
+        array = np.asarray(array)
+        # no broadcasting and no casting: a state written from the wrong array
+        # would silently hold something else than the caller meant
+        if array.shape != tuple(shape) or array.dtype != dtype:
+            raise ValueError(
+                f"{self.name}: state {name!r} is {tuple(shape)} of {dtype_name(dtype)}, "
+                f"got {array.shape} of {dtype_name(array.dtype)}"
+            )
         buffer = self._memory.ensure()
         view(buffer.host, offset, nbytes, dtype, shape)[...] = array
         self._memory.flush(name)
@@ -329,6 +402,9 @@ class GraphFunction:
             raise TypeError(
                 f"{self.name}: per-call values missing {sorted(missing)} / unexpected {sorted(extra)}"
             )
+        for key, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{self.name}: per-call value {key} must be an int, got {value!r}")
         arrays = [np.asarray(a) for a in arrays]
         signature = tuple((n, a.shape, a.dtype) for n, a in zip(self.input_names, arrays))
         version = self.versions.get(signature) or self._version(signature)
@@ -378,8 +454,19 @@ def _parameters(fn, name: str) -> tuple[list[str], list[str]]:
     return inputs, values
 
 
-def _shape_dtype(spec) -> tuple[tuple[int, ...], np.dtype]:
+def _shape_dtype(spec, where: str) -> tuple[tuple[int, ...], np.dtype]:
     if hasattr(spec, "shape") and hasattr(spec, "dtype"):
         return tuple(spec.shape), as_dtype(spec.dtype)
+    rule = "a (shape, dtype) pair or anything with .shape and .dtype"
+    if not isinstance(spec, (tuple, list)) or len(spec) != 2:
+        raise TypeError(f"{where}: {rule}, got {spec!r}")
     shape, dtype = spec
-    return ((shape,) if isinstance(shape, int) else tuple(shape)), as_dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise TypeError(f"{where}: a shape of non-negative ints, got {spec[0]!r}")
+    try:
+        return tuple(int(d) for d in shape), as_dtype(dtype)
+    except TypeError as error:
+        raise TypeError(f"{where}: {error}") from None

@@ -19,7 +19,7 @@ from iron.llama.model import Model
 from iron.llama.reference import KVCache, Oracle, OracleModel, rope_inv_freq
 from iron.llama.sampling import Sampler
 from iron.llama.synthetic import ensure_synthetic, make_synthetic
-from iron.llama.tokenizer import Tokenizer
+from iron.llama.tokenizer import Tokenizer, TokenizerError
 from iron.llama.weights import LayerWeights, LlamaWeights
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "SafetensorsFile",
     "Sampler",
     "Tokenizer",
+    "TokenizerError",
     "check_accuracy",
     "check_determinism",
     "ensure_synthetic",

@@ -18,6 +18,7 @@ import math
 import mmap
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -73,7 +74,10 @@ class SafetensorsFile:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        with open(self.path, "rb") as f:
+        # kept open: `check_intact` asks this file (not whatever is at the
+        # path now) whether it still holds every mapped byte
+        self._file = f = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+        try:
             size = os.fstat(f.fileno()).st_size
             if size < 8:
                 raise CheckpointError(
@@ -81,10 +85,14 @@ class SafetensorsFile:
                     f"at bytes [0, 8): truncated?"
                 )
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except BaseException:
+            f.close()
+            raise
         try:
             self.metadata, self.tensors = _parse_header(self.path, self._map, size)
         except BaseException:
             self._map.close()
+            f.close()
             raise
         self._address = np.frombuffer(self._map, np.uint8, count=1).__array_interface__["data"][0]
 
@@ -128,6 +136,18 @@ class SafetensorsFile:
         self._map.madvise(mmap.MADV_DONTNEED, aligned, length)
         return length
 
+    def check_intact(self) -> None:
+        """Raise `CheckpointError` if the file is now shorter than when it was
+        mapped: reading a page past its new end would kill the process with
+        SIGBUS. One fstat; a truncation between this check and the read can
+        still do so."""
+        size = os.fstat(self._file.fileno()).st_size
+        if size < len(self._map):
+            raise CheckpointError(
+                f"{self.path}: truncated to {size} bytes while mapped ({len(self._map)} bytes "
+                "when opened); the model cannot read its weights any more"
+            )
+
     def close(self) -> None:
         """Unmap the file. Views handed out must be dropped first (mmap refuses otherwise)."""
         try:
@@ -136,6 +156,7 @@ class SafetensorsFile:
             raise BufferError(
                 f"{self.path}: cannot unmap while tensor views of it are alive; drop them first"
             ) from None
+        self._file.close()
 
     def __enter__(self) -> SafetensorsFile:
         return self
@@ -254,6 +275,13 @@ class Checkpoint:
             raise CheckpointError(
                 f"{index}: not a readable index with a weight_map ({error!r})"
             ) from None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(name, str) and isinstance(shard, str) for name, shard in weight_map.items()
+        ):
+            raise CheckpointError(
+                f"{index}: weight_map must be an object of tensor name -> shard file name, "
+                f"got {type(weight_map).__name__}"
+            )
         shards = sorted(set(weight_map.values()))
         for shard in shards:
             if not isinstance(shard, str) or Path(shard).name != shard:
@@ -300,6 +328,13 @@ class Checkpoint:
 
     def info(self, name: str) -> TensorInfo:
         return self._where[name].tensors[name]
+
+    def check_intact(self, view: np.ndarray | None = None) -> None:
+        """`SafetensorsFile.check_intact` on the file holding `view` (every file
+        when None)."""
+        for file in self.files:
+            if view is None or (isinstance(view, np.ndarray) and file.owns(view)):
+                file.check_intact()
 
     def release(self, view: np.ndarray) -> int:
         """`SafetensorsFile.release` on whichever file holds `view`."""
@@ -356,9 +391,11 @@ def write_safetensors(
     header = {"__metadata__": dict(metadata or {"format": "pt"}), **entries}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    partial = path.with_name(path.name + ".partial")
+    # a name of this writer's own: two writers of one path never share it
+    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    partial = Path(partial)
     try:
-        with open(partial, "wb") as f:
+        with open(fd, "wb") as f:
             f.write(len(text).to_bytes(8, "little"))
             f.write(text)
             for name, tensor in tensors.items():

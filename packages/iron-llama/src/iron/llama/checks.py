@@ -42,13 +42,25 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum())
 
 
+def logits_broken(logits: np.ndarray) -> bool:
+    """Whether a logit row holds NaN or +Inf, or nothing but -Inf: no
+    distribution comes from it. A -Inf among finite logits is a masked
+    token (probability 0), not a fault."""
+    x = np.asarray(logits)
+    return bool(np.isnan(x).any() or np.isposinf(x).any() or np.isneginf(x).all())
+
+
 def kl_divergence(reference_logits: np.ndarray, model_logits: np.ndarray) -> float:
-    """KL(softmax(reference) || softmax(model)) in nats, computed in float64."""
+    """KL(softmax(reference) || softmax(model)) in nats, computed in float64;
+    NaN when either row is broken (`logits_broken`): a NaN reference would
+    otherwise give a softmax of NaN, no term with p > 0, and a KL of 0."""
     if np.shape(reference_logits) != np.shape(model_logits):
         raise ValueError(
             f"kl_divergence: logit shapes differ: reference {np.shape(reference_logits)}, "
             f"model {np.shape(model_logits)}"
         )
+    if logits_broken(reference_logits) or logits_broken(model_logits):
+        return float("nan")
     log_p, log_q = log_softmax(reference_logits), log_softmax(model_logits)
     p = np.exp(log_p)
     support = p > 0  # terms with p == 0 contribute 0, even where log q is -inf
@@ -63,6 +75,15 @@ class AccuracyBounds:
     p90_kl: float = 0.04
     max_kl: float = 0.2
 
+    def __post_init__(self) -> None:
+        # a NaN bound compares false with everything: every KL would pass it
+        for name in ("mean_kl", "p90_kl", "max_kl"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+                raise TypeError(f"AccuracyBounds: {name}={value!r}: a number of nats")
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"AccuracyBounds: {name}={value!r}: a finite number >= 0 (nats)")
+
 
 @dataclass(frozen=True)
 class AccuracyReport:
@@ -72,6 +93,9 @@ class AccuracyReport:
     oracle_tokens: tuple[int, ...]
     model_tokens: tuple[int, ...]
     bounds: AccuracyBounds = field(default_factory=AccuracyBounds)
+    #: (step, "oracle" or "model") for every side whose logits were broken
+    #: (NaN, +Inf or all -Inf; see `logits_broken`)
+    nonfinite: tuple[tuple[int, str], ...] = ()
 
     @property
     def mean_kl(self) -> float:
@@ -100,7 +124,18 @@ class AccuracyReport:
 
     @property
     def failures(self) -> list[str]:
-        """One line per broken bound; NaN KL (non-finite model logits) fails outright."""
+        """One line per broken bound; non-finite logits on either side fail
+        outright."""
+        lines = []
+        for side, cause in (
+            ("oracle", "the checkpoint's weights hold NaN or Inf (the oracle only reads them)"),
+            ("model", "the model computed NaN or Inf"),
+        ):
+            steps = [step for step, which in self.nonfinite if which == side]
+            if steps:
+                lines.append(f"the {side}'s logits are not finite from step {steps[0]}: {cause}")
+        if lines:
+            return lines
         if np.isnan(self.kl).any():
             first = int(np.flatnonzero(np.isnan(self.kl))[0])
             return [f"KL is NaN from step {first}: the model's logits are not finite"]
@@ -139,21 +174,30 @@ def check_accuracy(
 ) -> AccuracyReport:
     """Compare `model` with `oracle` over `steps` positions (the prompt's last,
     then steps - 1 decodes of the oracle's greedy token). Both are reset first."""
-    if steps < 1:
-        raise ValueError(f"check_accuracy: steps={steps} must be >= 1")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"check_accuracy: steps={steps!r} must be >= 1 (an int)")
+    if not isinstance(bounds, AccuracyBounds):
+        raise TypeError(
+            f"check_accuracy: bounds must be AccuracyBounds, got {type(bounds).__name__}"
+        )
     if len(prompt) == 0:
         raise ValueError("check_accuracy: the prompt must hold at least one token")
     oracle.reset()
     model.reset()
-    kl, oracle_tokens, model_tokens = [], [], []
+    kl, oracle_tokens, model_tokens, nonfinite = [], [], [], []
     expected, got = oracle.prefill(prompt), model.prefill(prompt)
     for step in range(steps):
+        for side, logits in (("oracle", expected), ("model", got)):
+            if logits_broken(logits):
+                nonfinite.append((step, side))
         kl.append(kl_divergence(expected, got))
         oracle_tokens.append(int(np.argmax(expected)))
         model_tokens.append(int(np.argmax(got)))
         if step + 1 < steps:
             expected, got = oracle.decode(oracle_tokens[-1]), model.decode(oracle_tokens[-1])
-    return AccuracyReport(tuple(kl), tuple(oracle_tokens), tuple(model_tokens), bounds)
+    return AccuracyReport(
+        tuple(kl), tuple(oracle_tokens), tuple(model_tokens), bounds, tuple(nonfinite)
+    )
 
 
 def bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:

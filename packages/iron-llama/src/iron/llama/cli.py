@@ -12,11 +12,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from iron.core.terminal import stdout_closed
 from iron.dispatch import BackendUnavailable, cache_home
 from iron.dispatch.selection import backend_names
 from iron.llama.checks import AccuracyBounds, check_accuracy, check_determinism
 from iron.llama.config import LlamaConfig
-from iron.llama.model import Model, check_fits, default_max_seq_len
+from iron.llama.model import Model, NonFiniteLogits, check_fits, default_max_seq_len
 from iron.llama.reference import Oracle, OracleModel
 from iron.llama.sampling import Sampler
 from iron.llama.synthetic import PRESETS, corpus, ensure_synthetic, make_synthetic, synthetic_config
@@ -36,6 +37,18 @@ def paragraphs() -> list[str]:
 def demo_dir() -> Path:
     """Where `demo` keeps its synthetic model."""
     return cache_home() / "models" / "tiny"
+
+
+def _model_dir(path: Path) -> Path:
+    """--model: a directory, refused (naming it) before anything reads it."""
+    if not path.is_dir():
+        raise ValueError(
+            f"--model {path}: "
+            + ("is a file; " if path.exists() else "no such directory; ")
+            + "give the model directory that holds config.json, model.safetensors "
+            "and tokenizer.json"
+        )
+    return path
 
 
 def _load(args: argparse.Namespace, prompt_tokens: int, new_tokens: int) -> Model:
@@ -83,7 +96,7 @@ def _stream(
 
 
 def _generate(args: argparse.Namespace) -> int:
-    text = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
+    text = args.prompt if args.prompt is not None else _read_prompt(args.prompt_file)
     sampler = Sampler(args.temperature, args.top_k or None, args.seed)
     ids = Tokenizer.from_pretrained(args.model).prompt(text)
     model = _load(args, len(ids), args.num_tokens)
@@ -91,6 +104,17 @@ def _generate(args: argparse.Namespace) -> int:
     _stream(model, ids, args.num_tokens, sampler)
     print(model.metrics.table(), file=sys.stderr)
     return 0
+
+
+def _read_prompt(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"--prompt-file {path}: not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
+    except OSError as error:
+        raise ValueError(f"--prompt-file {path}: cannot read: {error.strerror or error}") from None
 
 
 def _check_accuracy(args: argparse.Namespace) -> int:
@@ -275,9 +299,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     try:
-        return args.run(args)
+        if getattr(args, "model", None) is not None:
+            _model_dir(args.model)
+        status = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, where it is caught, not at exit
+        return status
+    except BrokenPipeError:
+        return stdout_closed()
+    except NonFiniteLogits as error:  # a broken model: a failed run, not bad input
+        print(printable(f"iron-llama {args.command}: {error}"), file=sys.stderr)
+        return 1
     except (ValueError, OSError, BackendUnavailable) as error:
-        parser.exit(2, f"iron-llama {args.command}: error: {error}\n")
+        parser.exit(2, printable(f"iron-llama {args.command}: error: {error}") + "\n")
 
 
 if __name__ == "__main__":

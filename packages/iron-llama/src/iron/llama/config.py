@@ -32,6 +32,12 @@ class Llama3RopeScaling:
     original_max_position_embeddings: int
 
 
+#: decoder layers a config may have
+MAX_LAYERS = 4096
+#: bf16 weight bytes a config may imply
+MAX_WEIGHT_BYTES = 2**44
+
+
 @dataclass(frozen=True)
 class LlamaConfig:
     """Model dimensions and numerics. `head_dim` is always set (derived as
@@ -79,6 +85,28 @@ class LlamaConfig:
             "grouped-query attention gives each kv head a whole group of query heads",
         )
         _require("head_dim", self.head_dim, self.head_dim % 2 == 0, "must be even (RoPE pairs)")
+        # O(1) bounds before anything walks the layers or sizes a tensor
+        _require(
+            "num_hidden_layers",
+            self.num_hidden_layers,
+            self.num_hidden_layers <= MAX_LAYERS,
+            f"at most {MAX_LAYERS} (each layer is recorded as steps of one graph; "
+            "the deepest Llama has 126)",
+        )
+        _require(
+            "vocab_size",
+            self.vocab_size,
+            self.vocab_size < 2**31,
+            "below 2**31 (token ids are int32)",
+        )
+        weight_bytes = 2 * self.parameter_count
+        _require(
+            "hidden_size",
+            self.hidden_size,
+            weight_bytes <= MAX_WEIGHT_BYTES,
+            f"with these dimensions the bf16 weights take {weight_bytes} bytes, more than "
+            f"{MAX_WEIGHT_BYTES} (16 TiB, the largest file ext4 holds)",
+        )
         for name in ("rms_norm_eps", "rope_theta"):
             value = getattr(self, name)
             _require(name, value, _is_number(value) and value > 0, "must be a positive number")
@@ -92,6 +120,16 @@ class LlamaConfig:
                 or (isinstance(token, int) and not isinstance(token, bool) and token >= 0),
                 "must be a non-negative integer",
             )
+
+    @property
+    def parameter_count(self) -> int:
+        """The weights' element count, from the dimensions alone."""
+        hidden, ffn = self.hidden_size, self.intermediate_size
+        q_out = self.num_attention_heads * self.head_dim
+        kv_out = self.num_key_value_heads * self.head_dim
+        per_layer = 2 * hidden + 2 * q_out * hidden + 2 * kv_out * hidden + 3 * ffn * hidden
+        heads = 1 if self.tie_word_embeddings else 2
+        return heads * self.vocab_size * hidden + hidden + self.num_hidden_layers * per_layer
 
     @property
     def group_size(self) -> int:
@@ -110,7 +148,9 @@ class LlamaConfig:
             raise ConfigError(
                 f"{path}: no such file (a model directory needs config.json)"
             ) from None
-        except json.JSONDecodeError as error:
+        except OSError as error:
+            raise ConfigError(f"{path}: cannot read config.json: {error.strerror}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ConfigError(f"{path}: not valid JSON ({error})") from None
         try:
             return cls.from_dict(data)

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from iron.core import bf16
 from iron.dispatch.graph import PIECE_BYTES
 from iron.llama.checkpoint import Checkpoint
+from iron.llama.checks import logits_broken
 from iron.llama.config import LlamaConfig
 from iron.llama.graph import graph_weights, llama_graph
 from iron.llama.metrics import Metrics, resident_bytes
@@ -48,6 +49,10 @@ MAX_CACHE = 8192
 #: embedding rows gathered between releases of the mapping's pages (each row
 #: can fault in a 2 MiB folio)
 _GATHER_ROWS = 8
+
+
+class NonFiniteLogits(ValueError):
+    """The model computed NaN or Inf logits: a broken model, not bad input."""
 
 
 def default_max_seq_len(config: LlamaConfig) -> int:
@@ -84,7 +89,11 @@ class Model:
     hands a checkpoint view's pages back to the kernel (`Checkpoint.release`),
     called on every uploaded piece and on the embedding after each token
     gather (one row faults in whole page-cache folios of the mapping, up to
-    2 MiB each: a 128-token prompt would otherwise keep 200 MB resident)."""
+    2 MiB each: a 128-token prompt would otherwise keep 200 MB resident);
+    `check_intact(view)`: raises if the file under the embedding was
+    truncated since it was mapped (`Checkpoint.check_intact`), checked before
+    every gather because a read past a file's end kills the process
+    (SIGBUS) instead of raising."""
 
     def __init__(
         self,
@@ -96,6 +105,7 @@ class Model:
         max_seq_len: int | None = None,
         device=None,
         release: Callable[[np.ndarray], object] | None = None,
+        check_intact: Callable[[np.ndarray], object] | None = None,
     ):
         max_seq_len = default_max_seq_len(config) if max_seq_len is None else max_seq_len
         limit = min(MAX_CACHE, config.max_position_embeddings)
@@ -112,7 +122,7 @@ class Model:
                 f"attention's {MAX_CACHE} and the model's max_position_embeddings)"
             )
         self.config, self.weights, self.tokenizer = config, weights, tokenizer
-        self.release = release
+        self.release, self.check_intact = release, check_intact
         self.max_seq_len = max_seq_len
         self.forward = llama_graph(
             config,
@@ -126,6 +136,8 @@ class Model:
         table = angle_table(positions, config.head_dim, config.rope_theta, scaling)
         self.angles = table.astype(bf16)  # rounded once; rows are sliced per call
         self.position: int | None = None  # tokens in the cache; None: no sequence
+        #: where the weights came from, named when the logits go non-finite
+        self.source: str = "the weights given"
         self._load_seconds: float | None = None
         self._ttft: float | None = None
         self._decode_seconds: list[float] = []
@@ -155,7 +167,9 @@ class Model:
             max_seq_len=max_seq_len,
             device=device,
             release=checkpoint.release,
+            check_intact=checkpoint.check_intact,
         )
+        model.source = f"the checkpoint in {path}"
         model.compile(progress)
         model.load(progress=progress)
         model._load_seconds = time.perf_counter() - started
@@ -272,6 +286,7 @@ class Model:
         logits = self.prefill(token_ids)
         drawn: list[int] = []
         while True:
+            self._check_finite(logits, len(token_ids) + len(drawn))
             drawn.append(sampler(logits))
             if on_token is not None:
                 on_token(drawn[-1])
@@ -298,12 +313,24 @@ class Model:
         """The embedding rows of `ids`: a host gather from the checkpoint, its
         pages handed back every few rows so they never pile up."""
         embedding = self.weights.embedding
+        if self.check_intact is not None:  # a gather past a truncated file's end is SIGBUS
+            self.check_intact(embedding)
         rows = np.empty((len(ids), embedding.shape[1]), embedding.dtype)
         for start in range(0, len(ids), _GATHER_ROWS):
             rows[start : start + _GATHER_ROWS] = embedding[ids[start : start + _GATHER_ROWS]]
             if self.release is not None:
                 self.release(embedding)
         return rows
+
+    def _check_finite(self, logits: np.ndarray, position: int) -> None:
+        # a sampler given NaN logits draws some token anyway (argmax of NaN is
+        # 0): stop with the probable cause instead of streaming nonsense
+        if logits_broken(logits):
+            raise NonFiniteLogits(
+                f"Model.generate: the logits after {position} tokens hold NaN or Inf; the likely "
+                f"cause is {self.source}: weights with NaN or Inf values (iron-llama "
+                "check-accuracy compares it with the float32 oracle)"
+            )
 
     def _compiled(self, rows: int) -> bool:
         return any(signature[0][1][0] == rows for signature in self.forward.versions)

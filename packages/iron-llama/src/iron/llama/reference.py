@@ -93,16 +93,20 @@ class Oracle:
     stateless (every position, no cache); `hidden(ids, cache)` continues a
     sequence held in a `KVCache`, which is what `OracleModel` does."""
 
-    def __init__(self, config: LlamaConfig, weights: LlamaWeights):
+    def __init__(self, config: LlamaConfig, weights: LlamaWeights, check_intact=None):
         self.config = config
         self.weights = weights
+        # reads every weight from the mapping at every step: a file truncated
+        # under it would be SIGBUS, so `check_intact()` runs first (one fstat)
+        self.check_intact = check_intact
         self.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> Oracle:
         """Load config.json and the (possibly sharded) safetensors of `path`."""
         config = LlamaConfig.from_file(path)
-        return cls(config, LlamaWeights.load(Checkpoint.open(path), config))
+        checkpoint = Checkpoint.open(path)
+        return cls(config, LlamaWeights.load(checkpoint, config), checkpoint.check_intact)
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 logits (len(token_ids), vocab_size): row i predicts token i + 1."""
@@ -136,6 +140,8 @@ class Oracle:
             raise ValueError(
                 f"Oracle: {start + ids.size} tokens exceed max_position_embeddings={config.max_position_embeddings}"
             )
+        if self.check_intact is not None:
+            self.check_intact()
         positions = np.arange(start, start + ids.size, dtype=np.float32)
         angles = positions[:, None] * self.inv_freq[None, :]
         angles = np.concatenate([angles, angles], axis=-1)

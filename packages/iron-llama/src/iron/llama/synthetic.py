@@ -9,8 +9,11 @@ knowledge: generated text is fluent only at the byte level.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from importlib import resources
@@ -24,6 +27,11 @@ from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 from iron.llama.checkpoint import Checkpoint, LazyTensor, write_safetensors
 from iron.llama.config import Llama3RopeScaling, LlamaConfig
 from iron.llama.weights import LlamaWeights
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; writes stay private and atomic
+    fcntl = None
 
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 TOKENIZER_VOCAB = 512
@@ -150,25 +158,91 @@ def make_synthetic(
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Write config.json, tokenizer.json and model.safetensors of a synthetic
-    `preset` model ("tiny" or "1b-shaped") into `directory` (created if needed)
-    and return it. `progress(name)` is called after each tensor is written."""
+    `preset` model ("tiny" or "1b-shaped") into `directory` and return it.
+    `progress(name)` is called after each tensor is written.
+
+    The files are written into a private folder beside `directory` and
+    renamed into place whole, under a lock (`.NAME.lock` beside it), so an
+    interrupted or failed run leaves `directory` as it was and two writers
+    never share a file. An existing `directory` is replaced only when it
+    holds nothing but those three files (a model this wrote); anything else
+    is refused, naming what is there."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"make_synthetic: seed={seed!r} must be a non-negative integer")
     config = synthetic_config(preset, layers)
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    # config.json is written last: a directory with a config holds a complete model
-    (directory / "config.json").unlink(missing_ok=True)
-    tokenizer = train_tokenizer()
-    _write_text(directory / "tokenizer.json", tokenizer.to_str(pretty=True))
-    write_safetensors(
-        directory / "model.safetensors",
-        synthetic_tensors(config, seed),
-        metadata=_metadata(preset, layers, seed),
-        progress=progress,
-    )
-    _write_text(directory / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+    with _locked(directory):
+        _write_synthetic(directory, config, preset, layers, seed, progress)
     return directory
+
+
+_FILES = ("config.json", "tokenizer.json", "model.safetensors")
+
+
+def _write_synthetic(directory, config, preset, layers, seed, progress) -> None:
+    if directory.exists():
+        if not directory.is_dir():
+            raise ValueError(f"make_synthetic: {directory} is a file, not a directory")
+        foreign = sorted(p.name for p in directory.iterdir() if p.name not in _FILES)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise ValueError(
+                f"make_synthetic: {directory} holds files it did not write ({shown}); "
+                "give a new or empty directory, or one holding only a synthetic model"
+            )
+        if _holds_a_real_model(directory):
+            raise ValueError(
+                f"make_synthetic: {directory / 'model.safetensors'} is not a synthetic model "
+                "(no iron.synthetic metadata); it is left alone: give another directory"
+            )
+    work = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        _write_text(work / "tokenizer.json", train_tokenizer().to_str(pretty=True))
+        write_safetensors(
+            work / "model.safetensors",
+            synthetic_tensors(config, seed),
+            metadata=_metadata(preset, layers, seed),
+            progress=progress,
+        )
+        _write_text(work / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+        if directory.exists():
+            # two renames: the old model is whole until the new one is in place
+            aside = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
+            os.replace(directory, aside / directory.name)
+            os.replace(work, directory)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(work, directory)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _holds_a_real_model(directory: Path) -> bool:
+    """Whether `directory` holds a readable checkpoint that this module did
+    not write (an unreadable one is no model to keep)."""
+    try:
+        with Checkpoint.open(directory) as checkpoint:
+            return any("iron.synthetic" not in f.metadata for f in checkpoint.files)
+    except (ValueError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Hold `.NAME.lock` beside `directory` (one writer at a time; a second
+    waits), and clear what a killed writer left there (its private folders)."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.lock", "a+b") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        for kind in ("tmp", "old"):
+            for stale in directory.parent.glob(f".{directory.name}.{kind}-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _metadata(preset: str, layers: int | None, seed: int) -> dict[str, str]:
@@ -188,24 +262,29 @@ def ensure_synthetic(
     another recipe. Returns whether it was written."""
     directory = Path(directory)
     config = synthetic_config(preset, layers)
-    try:
-        # opening validates every header entry against the file's size
-        with Checkpoint.open(directory) as checkpoint:
-            complete = (
-                LlamaConfig.from_file(directory) == config
-                and (directory / "tokenizer.json").is_file()
-                and len(checkpoint.files) == 1
-                and checkpoint.files[0].metadata == _metadata(preset, layers, seed)
-                and set(checkpoint) == set(LlamaWeights.expected_shapes(config))
-            )
-    except (ValueError, OSError):
-        complete = False
-    if not complete:
-        make_synthetic(directory, preset, layers, seed, progress)
+    with _locked(directory):  # a second first run waits, then finds the model written
+        try:
+            # opening validates every header entry against the file's size
+            with Checkpoint.open(directory) as checkpoint:
+                complete = (
+                    LlamaConfig.from_file(directory) == config
+                    and (directory / "tokenizer.json").is_file()
+                    and len(checkpoint.files) == 1
+                    and checkpoint.files[0].metadata == _metadata(preset, layers, seed)
+                    and set(checkpoint) == set(LlamaWeights.expected_shapes(config))
+                )
+        except (ValueError, OSError):
+            complete = False
+        if not complete:
+            _write_synthetic(directory, config, preset, layers, seed, progress)
     return not complete
 
 
 def _write_text(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(partial, path)
+    finally:
+        Path(partial).unlink(missing_ok=True)

@@ -16,6 +16,10 @@ from tokenizers.decoders import DecodeStream
 from iron.llama.config import LlamaConfig
 
 
+class TokenizerError(ValueError):
+    """A tokenizer.json that cannot be read."""
+
+
 class Tokenizer:
     """Text <-> token ids for one model; `bos_token_id` usually comes from config.json."""
 
@@ -35,7 +39,14 @@ class Tokenizer:
             )
         config = directory / "config.json"
         bos = LlamaConfig.from_file(config).bos_token_id if config.exists() else None
-        return cls(tokenizers.Tokenizer.from_file(str(file)), bos)
+        try:
+            tokenizer = tokenizers.Tokenizer.from_file(str(file))
+        except Exception as error:  # the library raises a bare Exception for any bad file
+            raise TokenizerError(
+                f"{file}: not a tokenizer.json the tokenizers library can read "
+                f"({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+            ) from None
+        return cls(tokenizer, bos)
 
     @property
     def vocab_size(self) -> int:

@@ -138,13 +138,18 @@ class LlamaWeights:
 
 def _layer_problems(checkpoint: Checkpoint, config: LlamaConfig) -> list[str]:
     present = sorted({int(m.group(1)) for name in checkpoint if (m := _LAYER.match(name))})
-    gaps = sorted(set(range(present[-1] + 1)) - set(present)) if present else []
+    # gaps only up to the config's layers: a name like model.layers.10**12.x
+    # must not make a range that long
+    top = min(present[-1] + 1, config.num_hidden_layers) if present else 0
+    gaps = sorted(set(range(top)) - set(present))
     problems = []
-    if gaps:
+    if gaps and present[-1] > gaps[0]:
+        shown = gaps[:_SHOWN] + (["..."] if len(gaps) > _SHOWN else [])
         problems.append(
-            f"layer gap: no tensors for layer(s) {gaps} although layers up to {present[-1]} exist"
+            f"layer gap: no tensors for layer(s) {shown} although layers up to {present[-1]} exist"
         )
     extra = [i for i in present if i >= config.num_hidden_layers]
     if extra:
-        problems.append(f"layer(s) {extra} beyond num_hidden_layers={config.num_hidden_layers}")
+        shown = extra[:_SHOWN] + (["..."] if len(extra) > _SHOWN else [])
+        problems.append(f"layer(s) {shown} beyond num_hidden_layers={config.num_hidden_layers}")
     return problems

@@ -145,7 +145,11 @@ def plan_slabs(
 
     if not fits(make(0, 1)):
         return None
-    for n_slabs in range(1, units + 1):
+    # no slab may exceed `cap` units (a lock's count when resident, the passes
+    # a column block can queue when streamed), so fewer than units / cap slabs
+    # never fit: start there, or a large M would try every count below it
+    cap = device.max_lock_value if keep_resident else most_passes * pool_slots // k_iters
+    for n_slabs in range(max(1, -(-units // max(1, cap))), units + 1):
         size, extra = divmod(units, n_slabs)
         sizes = [size + (i < extra) for i in range(n_slabs)]
         slabs = [make(f, n) for f, n in zip(itertools.accumulate(sizes, initial=0), sizes)]

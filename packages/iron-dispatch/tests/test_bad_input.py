@@ -1,0 +1,147 @@
+"""Bad input to graph functions: refused with the function, the parameter
+and the rule named, and a version that fails to compile changes nothing."""
+
+import importlib
+
+import numpy as np
+import pytest
+from dispatch_fakes import ROWS, Mul, N, Scale, SumRows, WriteRow, make_model
+
+from iron.core import bf16
+from iron.dispatch import graph
+
+
+def chain():
+    @graph(backend="reference")
+    def twice(g, x):
+        return g(Scale(x.shape[0]), g(Scale(x.shape[0]), x))
+
+    return twice
+
+
+@pytest.fixture
+def no_memory(monkeypatch):
+    """Buffers of a version past 1 GiB cannot be allocated, on any host (as
+    512 GiB cannot be on most)."""
+    graph_module = importlib.import_module("iron.dispatch.graph")  # the module, not the function
+    real = graph_module.allocate
+
+    def allocate(image, **kw):
+        if max(image.sizes.values()) > 2**30:
+            raise MemoryError(f"cannot allocate {max(image.sizes.values())} bytes")
+        return real(image, **kw)
+
+    monkeypatch.setattr(graph_module, "allocate", allocate)
+
+
+def test_a_version_whose_memory_cannot_be_allocated_leaves_the_function_as_it_was(no_memory):
+    twice = chain()
+    small = np.ones(256, bf16)
+    first = twice(small)
+    size, versions = twice.arena.size, dict(twice.versions)
+    with pytest.raises(MemoryError):
+        twice.compile(x=((2**38,), bf16))  # 512 GiB buffers: no host here holds them
+    assert twice.arena.size == size and twice.versions == versions
+    assert twice(small).tobytes() == first.tobytes()  # the version that worked still works
+
+
+def stateful(w):
+    """A weight, a state and a part whose size follows the input."""
+
+    @graph(backend="reference")
+    def f(g, x, *, pos):
+        w_ = g.weight("w", w)
+        cache = g.state("cache", (ROWS, N))
+        g(WriteRow(N, ROWS), g(Mul(N), w_, w_), cache, row=pos)
+        return g(Scale(x.shape[0]), x), g(SumRows(N, ROWS), cache, valid=pos + 1)
+
+    return f
+
+
+def test_a_failed_version_leaves_weights_and_states_as_they_were(no_memory):
+    f = stateful(np.ones(N, bf16))
+    f(np.ones(256, bf16), pos=0)
+    states, weights = dict(f._states), dict(f._weights)
+    regions = dict(f._memory.buffer.regions)
+    with pytest.raises(MemoryError):
+        f.compile(x=((2**38,), bf16))
+    assert f._states == states and f._weights == weights
+    assert f._memory.buffer.regions == regions
+    _, total = f(np.ones(256, bf16), pos=1)
+    assert float(total[0]) == 2.0  # rows 0 and 1 of the state: w * w each
+
+
+def test_weights_are_uploaded_once_and_reload_weights_uploads_them_again():
+    w = np.ones(N, bf16)
+    model = make_model(w)
+    x = np.ones((1, N), bf16)
+    model.compile(x=x)
+    model.load()
+    before = model(x, pos=0)
+    w[...] = 2  # changed in place after load: not seen until reloaded
+    model.reset_states()
+    assert model(x, pos=0).tobytes() == before.tobytes()
+    assert model.reload_weights("w") == w.nbytes
+    model.reset_states()
+    assert float(model(x, pos=0)[0]) == 2 * float(before[0])
+    with pytest.raises(KeyError, match="model has no weight 'nope' \\(weights: w\\)"):
+        model.reload_weights("nope")
+
+
+def test_write_state_refuses_a_broadcast_or_a_cast():
+    model = make_model(np.ones(N, bf16))
+    model.compile(x=((1, N), bf16))
+    with pytest.raises(
+        ValueError, match=rf"state 'cache' is \({ROWS}, {N}\) of bf16, got \(\) of bf16"
+    ):
+        model.write_state("cache", np.zeros((), bf16))
+    with pytest.raises(ValueError, match=r"got .* of float32"):
+        model.write_state("cache", np.zeros((ROWS, N), np.float32))
+
+
+@pytest.mark.parametrize("pos, shown", [(1.5, "1.5"), ("3", "'3'"), (True, "True")])
+def test_per_call_values_must_be_ints(pos, shown):
+    model = make_model(np.ones(N, bf16))
+    with pytest.raises(TypeError, match=f"model: per-call value pos must be an int, got {shown}"):
+        model(np.ones((1, N), bf16), pos=pos)
+
+
+def test_load_checks_its_arguments():
+    model = make_model(np.ones(N, bf16))
+    model.compile(x=((1, N), bf16))
+    with pytest.raises(ValueError, match=r"model\.load: piece_bytes must be >= 1, got 0"):
+        model.load(piece_bytes=0)
+    with pytest.raises(TypeError, match=r"model\.load: piece_bytes must be an int, got 1\.5"):
+        model.load(piece_bytes=1.5)
+    with pytest.raises(TypeError, match=r"model\.load: release must be callable"):
+        model.load(release="yes")
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, rule",
+    [
+        ({"mode": "fast"}, ValueError, "mode='fast': one of fused, separate, compare"),
+        ({"device": 2}, TypeError, "device must be a Device or a device name, got int"),
+        ({"device": "npu9"}, ValueError, "npu9"),
+        ({"flags": "trace"}, TypeError, "flags must be a sequence of strings"),
+        ({"poison": "yes"}, TypeError, "poison must be True, False or None"),
+    ],
+)
+def test_graph_options_are_checked_when_the_function_is_made(kwargs, error, rule):
+    with pytest.raises(error, match=rule):
+        graph(lambda g, x: x, name="f", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "spec, rule",
+    [
+        ((1, 2, 3), r"model.compile: input x: a \(shape, dtype\) pair"),
+        ("big", r"model.compile: input x: a \(shape, dtype\) pair"),
+        (((1, -2), bf16), r"model.compile: input x: a shape of non-negative ints, got \(1, -2\)"),
+        ((("a",), bf16), r"model.compile: input x: a shape of non-negative ints"),
+    ],
+)
+def test_compile_names_the_input_whose_spec_is_malformed(spec, rule):
+    model = make_model(np.ones(N, bf16))
+    with pytest.raises(TypeError, match=rule):
+        model.compile(x=spec)
