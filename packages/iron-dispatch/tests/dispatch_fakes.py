@@ -209,3 +209,35 @@ def race_for_key(root, key, log, out):
     data, hit = cache.get_or_build(key, build)
     with open(out, "a") as f:
         f.write(f"{data.decode()} {hit}\n")
+
+
+# ---- a host kernel, for the cpu backend -------------------------------------------
+
+#: rows written by `write_row_in_place`
+HOST_WRITES = []
+
+
+def write_row_in_place(op, x, cache, *, row):
+    """WriteRowInPlace's host kernel: the row alone, in place."""
+    cache[row] = x
+    HOST_WRITES.append(row)
+
+
+@attrs.frozen
+class WriteRowInPlace(WriteRow):
+    host = "dispatch_fakes:write_row_in_place"
+
+
+def make_host_model(w, backend="cpu"):
+    """`make_model`, its cache rows written by a host kernel where the
+    backend runs host kernels."""
+
+    @graph(backend=backend, poison=True)
+    def model(g, x, *, pos):
+        weight = g.weight("w", w)
+        cache = g.state("cache", (ROWS, N))
+        for i in range(x.shape[0]):
+            g(WriteRowInPlace(N, ROWS), g(Mul(N), x[i], weight), cache, row=pos + i)
+        return g(Scale(N, 1.0), g(SumRows(N, ROWS), cache, valid=pos + x.shape[0]))
+
+    return model
