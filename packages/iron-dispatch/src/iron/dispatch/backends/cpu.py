@@ -10,7 +10,9 @@ is imported only when a step that needs it is bound. A kernel is called as
 ``kernel(op, *arrays, **per_call)`` with every array of the step in the
 operator's spec order and writes its outputs (INOUT ones too) in place.
 A kernel that cannot be imported is logged once and the step runs its
-reference.
+reference. A kernel module may define ``warm_up()``: it is called once,
+when the module is first imported, which happens when an image is loaded,
+so a JIT's compile (or cache load) lands in loading, not in the first call.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from iron.dispatch.memory import view
 log = logging.getLogger("iron.dispatch")
 
 _kernels: dict[str, Callable | None] = {}
+_warmed: set[str] = set()
 
 
 def host_kernel(op: Operator) -> Callable | None:
@@ -40,7 +43,12 @@ def host_kernel(op: Operator) -> Callable | None:
     if target not in _kernels:
         module, _, name = target.partition(":")
         try:
-            _kernels[target] = getattr(importlib.import_module(module), name)
+            loaded = importlib.import_module(module)
+            _kernels[target] = getattr(loaded, name)
+            if module not in _warmed and callable(getattr(loaded, "warm_up", None)):
+                _warmed.add(module)
+                report = loaded.warm_up()
+                log.info("host kernels of %s ready: %s", module, report)
         except (ImportError, AttributeError) as error:
             log.warning("host kernel %s cannot be imported (%s); running references", target, error)
             _kernels[target] = None
@@ -68,6 +76,11 @@ def _host_run(op: Operator, fn: Callable) -> Callable:
 
 class CpuExecutable(FusedExecutable):
     """Fused, on unified memory: host kernels where operators have them."""
+
+    def __init__(self, image, buffers, *, device_model, poison) -> None:
+        super().__init__(image, buffers, device_model=device_model, poison=poison)
+        for step in image.steps:  # imported (and warmed up) now, not on the first call
+            host_kernel(step.op)
 
     def steps(self) -> list[BoundStep]:
         generation = self.buffers["scratch"].generation

@@ -125,18 +125,18 @@ def _widen_rows(src, dst):
 
 
 @njit(parallel=True, cache=True)
-def _round_into(product, out, transposed):
-    """out = product rounded to bf16 bits; out is product's transpose when
-    `transposed` (C stored column-major)."""
+def _round_into(product, out, start, transposed):
+    """Columns start.. of out (rows start.. when `transposed`: C stored
+    column-major) = product rounded to bf16 bits."""
     rows, cols = product.shape
     if transposed:
         for j in prange(cols):
             for i in range(rows):
-                out[j, i] = _round(product[i, j])
+                out[start + j, i] = _round(product[i, j])
     else:
         for i in prange(rows):
             for j in range(cols):
-                out[i, j] = _round(product[i, j])
+                out[i, start + j] = _round(product[i, j])
 
 
 def gemm(op, A, B, C):
@@ -152,20 +152,17 @@ def gemm(op, A, B, C):
     columns = _bits16(B) if op.b_col_maj else _bits16(B).T  # (N, K) either way
     step = min(op.N, max(1, GEMM_PANEL_BYTES // (4 * op.K)))
     panel = np.empty((step, op.K), np.float32)
-    product = np.empty((op.M, step), np.float32)
     for start in range(0, op.N, step):
         width = min(step, op.N - start)
-        _widen_rows(columns[start : start + width], panel[:width])
-        np.matmul(a, panel[:width].T, out=product[:, :width])
-        done = product[:, :width]
+        # contiguous arrays only: one compiled specialisation per kernel
+        _widen_rows(np.ascontiguousarray(columns[start : start + width]), panel[:width])
+        product = np.matmul(a, panel[:width].T)
         if op.dtype_out == bf16:
-            bits = _bits16(C)
-            target = bits[start : start + width] if op.c_col_maj else bits[:, start : start + width]
-            _round_into(done, target, op.c_col_maj)
+            _round_into(product, _bits16(C), start, op.c_col_maj)
         elif op.c_col_maj:
-            C[start : start + width] = done.T
+            C[start : start + width] = product.T
         else:
-            C[:, start : start + width] = done
+            C[:, start : start + width] = product
 
 
 # ---- decode attention -----------------------------------------------------------
@@ -242,7 +239,7 @@ def warm_up() -> dict:
     x = np.zeros((1, 32), np.uint16)
     _gemv(a, x, np.zeros((1, 2), np.uint16))
     _widen_rows(a[0], np.zeros((2, 32), np.float32))
-    _round_into(np.zeros((2, 2), np.float32), np.zeros((2, 2), np.uint16), False)
+    _round_into(np.zeros((2, 2), np.float32), np.zeros((2, 2), np.uint16), 0, False)
     cache = np.zeros((2, 1, 32), np.uint16)
     _gqa_scores(np.zeros((2, 32), np.uint16), cache, np.zeros((2, 2), np.uint16), 1,
                 np.float32(1))  # fmt: skip
