@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from iron.core import Device, bf16, compare
-from iron.ops.gemm import GEMM, GEMV, GQAContext, GQAScores, host
+from iron.ops.gemm import GEMM, GEMV, MHA, GQAContext, GQAScores, host
 from iron.ops.gemm.host import warm_up
 
 PRECISE_DEVICE = Device.from_name("npu1")
@@ -156,8 +156,33 @@ def test_gqa_context_matches_and_never_reads_past_valid():
     assert len(bits_for_every_thread_count(host.gqa_context, op, [weights, values], per_call)) == 1
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"heads_interleaved": True},
+        {"heads_interleaved": False},
+        {"heads_interleaved": True, "causal": False},
+    ],
+    ids=["sequence-first", "heads-first", "not-causal"],
+)
+def test_mha_matches_its_reference_and_is_deterministic(params):
+    rng = np.random.default_rng(6)
+    op = MHA(num_heads=4, seq_len=50, num_kv_heads=2, **params)  # 50 of 64 padded rows
+    specs = op.arg_specs()
+    inputs = [normal(rng, s.shape) for s in specs[:3]]
+    for array in inputs[1:]:  # K and V rows past seq_len are never read
+        rows = array[50:] if op.heads_interleaved else array[:, 50:]
+        rows[...] = np.nan
+    (o,) = run(host.mha, op, inputs)
+    verdict = compare(o, op.reference(*inputs), op.tolerance(PRECISE_DEVICE, inputs=inputs))
+    assert verdict.passed, verdict.detail
+    padding = o[50:] if op.heads_interleaved else o[:, 50:]
+    assert not padding.astype(np.float32).any()
+    assert len(bits_for_every_thread_count(host.mha, op, inputs)) == 1
+
+
 def test_operators_name_their_host_kernels_and_warm_up_reports_the_jit():
-    for op_class in (GEMV, GEMM, GQAScores, GQAContext):
+    for op_class in (GEMV, GEMM, GQAScores, GQAContext, MHA):
         module, _, name = op_class.host.partition(":")
         assert module == "iron.ops.gemm.host" and callable(getattr(host, name))
     report = warm_up()
