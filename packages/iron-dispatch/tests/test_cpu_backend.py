@@ -6,7 +6,7 @@ import logging
 import attrs
 import numpy as np
 import pytest
-from dispatch_fakes import HOST_WRITES, ROWS, N, Scale, expected_outputs, make_host_model
+from dispatch_fakes import HOST_WRITES, ROWS, WARM_UPS, N, Scale, expected_outputs, make_host_model
 
 from iron.core import bf16
 from iron.dispatch import Backend, get_backend, graph
@@ -75,3 +75,16 @@ def test_cpu_is_registered_unified_fused_only_and_always_available():
     assert backend.available()[0] and backend.unified and backend.modes == ("fused",)
     with pytest.raises(ValueError, match="backend 'cpu' has no mode 'compare'"):
         backend.check_mode("compare")
+
+
+def test_a_kernel_module_warms_up_once_when_an_image_loads(monkeypatch):
+    monkeypatch.setattr(cpu, "_kernels", {})
+    monkeypatch.setattr(cpu, "_warmed", set())
+    WARM_UPS.clear()
+    model = make_host_model(np.ones(N, bf16))
+    model.compile(((1, N), bf16))
+    model.compile(((2, N), bf16))
+    writes = len(HOST_WRITES)
+    assert [writes] == WARM_UPS  # once, at load, before any step ran
+    model(np.ones((1, N), bf16), pos=0)
+    assert [writes] == WARM_UPS
