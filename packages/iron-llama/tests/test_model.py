@@ -62,7 +62,7 @@ def test_matches_the_oracle_within_the_accuracy_bounds(model, oracle, prompts):
     assert model.metrics.backend == model.forward.backend.name
 
 
-@pytest.mark.parametrize("model", ["sim"], indirect=True)
+@pytest.mark.parametrize("model", ["sim", "cpu"], indirect=True)
 def test_deterministic_across_alternating_prompts(model, prompts):
     report = check_determinism(model, prompts, rounds=3, tokens=4)
     assert report.passed, report.summary()
