@@ -121,7 +121,11 @@ def measure(
     baseline of the others' KL."""
     from iron.llama.checks import kl_divergence
 
-    work = Path(tempfile.mkdtemp(prefix="iron-llama-bench-"))
+    with tempfile.TemporaryDirectory(prefix="iron-llama-bench-") as work:
+        return _measure(Path(work), directory, prompt, steps, stream_bytes, oracle, kl_divergence)
+
+
+def _measure(work, directory, prompt, steps, stream_bytes, oracle, kl_divergence):
     results, streams = {}, []
     sides = ("oracle", *BACKENDS) if oracle else BACKENDS
     for side in sides:
