@@ -356,3 +356,41 @@ def compile_in_process(root, out, start):
     sim = get_backend("sim")
     with open(out, "a") as f:
         f.write(f"{sim.hits} {sim.misses}\n")
+
+
+# ---- a host kernel, for the cpu backend -------------------------------------------
+
+#: rows written by `write_row_in_place`; calls of this module's `warm_up`
+HOST_WRITES, WARM_UPS = [], []
+
+
+def warm_up():
+    """What a JIT'd kernel module does to compile ahead: here, counted."""
+    WARM_UPS.append(len(HOST_WRITES))
+    return {"seconds": 0.0}
+
+
+def write_row_in_place(op, x, cache, *, row):
+    """WriteRowInPlace's host kernel: the row alone, in place."""
+    cache[row] = x
+    HOST_WRITES.append(row)
+
+
+@attrs.frozen
+class WriteRowInPlace(WriteRow):
+    host = "dispatch_fakes:write_row_in_place"
+
+
+def make_host_model(w, backend="cpu"):
+    """`make_model`, its cache rows written by a host kernel where the
+    backend runs host kernels."""
+
+    @graph(backend=backend, poison=True)
+    def model(g, x, *, pos):
+        weight = g.weight("w", w)
+        cache = g.state("cache", (ROWS, N))
+        for i in range(x.shape[0]):
+            g(WriteRowInPlace(N, ROWS), g(Mul(N), x[i], weight), cache, row=pos + i)
+        return g(Scale(N, 1.0), g(SumRows(N, ROWS), cache, valid=pos + x.shape[0]))
+
+    return model

@@ -1,18 +1,26 @@
-"""Prefill and decode: the IRON graph on the reference backend against the float32 oracle.
+"""Prefill and decode: the IRON graph on the cpu and reference backends against the float32 oracle.
 
-The 1b-shaped synthetic preset with 2 decoder layers (Llama 3.2 1B's widths,
-heads and 128256-token vocabulary; random weights): a prefill of 128 tokens,
-then 32 decode steps. Both sides are fed the same tokens (the oracle's
-greedy choices, teacher-forced), so the run also gives the graph's KL from
-the oracle at these shapes. Each side runs in a fresh process, so its peak
-RSS (VmHWM) is its own: the graph's includes uploading the weights into its
-arena, the oracle's its float32 temporaries.
+The 1b-shaped synthetic preset (Llama 3.2 1B's widths, heads and
+128256-token vocabulary; random weights) at 2 and 16 decoder layers: a
+prefill of 128 tokens, then 32 decode steps. Every side is fed the same
+tokens (the oracle's greedy choices, teacher-forced), so the run also gives
+each backend's KL from the oracle at these shapes. Above 2 layers
+(`--oracle-layers`) the float32 oracle is left out (it upcasts every weight
+on every step: minutes per run); cpu's greedy tokens then feed reference
+and the KL is reference's from cpu. Each side runs in a
+fresh process, so its peak RSS (VmHWM) is its own.
+
+Decode is memory-bound: a token reads every weight once. The same run
+measures the bandwidth a 2-thread bf16 matrix-vector stream reaches here
+(the host GEMV kernel over a 512 MiB matrix, best of several), and reports
+the decode speed as a fraction of the limit that gives (bandwidth / weight
+bytes per token).
 
     uv run --package iron-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
-    ... decode.py --quick      # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
-    ... decode.py --layers 16  # all of Llama 3.2 1B's layers (a 2.3 GiB synthetic file)
+    ... decode.py --quick           # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
+    ... decode.py --layers 2 16     # the default; 16 layers write a 2.3 GiB synthetic file once
 
---write-readme puts the table into the package README between its
+--write-readme puts the tables into the package README between its
 bench:decode markers.
 """
 
@@ -32,32 +40,38 @@ import numpy as np
 from iron.core.benchmarking import write_readme_section
 
 README = Path(__file__).parents[1] / "README.md"
+#: the graph's backends measured, beside the oracle
+BACKENDS = ("cpu", "reference")
+#: the stream: a bf16 matrix far larger than any cache
+STREAM_BYTES = 512 << 20
 
 
-def run_side(side: str, directory: Path, prompt: int, steps: int, tokens: Path, out: Path) -> None:
-    """One side in this process: prefill, then `steps` decodes; logits, tokens
-    and figures into `out` (.npz). The model is fed `tokens` (the oracle's
-    greedy choices); the oracle makes them."""
+def run_side(
+    side: str, directory: Path, prompt: int, steps: int, tokens: Path, out: Path, maker: bool
+) -> None:
+    """One side in this process: prefill, then `steps` decodes; logits and
+    figures into `out` (.npz). The `maker` side makes the tokens (its greedy
+    choices) every other side is fed."""
     from iron.llama import Model, Oracle, OracleModel
     from iron.llama.metrics import resident_bytes
 
     started = time.perf_counter()
-    if side == "model":
-        model = Model.from_pretrained(directory, backend="reference", progress=False)
-        fed = np.load(tokens)
-    else:
+    if side == "oracle":
         model = OracleModel(Oracle.from_pretrained(directory))
+    else:
+        model = Model.from_pretrained(directory, backend=side, progress=False)
     load = time.perf_counter() - started
     vocab = model.oracle.config.vocab_size if side == "oracle" else model.config.vocab_size
     ids = [0, *np.random.default_rng(0).integers(2, vocab, prompt - 1).tolist()]
+    fed = None if maker else np.load(tokens)
     seconds, rows, chosen = [], [], []
     for step in range(steps + 1):
         started = time.perf_counter()
         logits = model.prefill(ids) if step == 0 else model.decode(chosen[-1])
         seconds.append(time.perf_counter() - started)
         rows.append(logits)
-        chosen.append(int(np.argmax(logits)) if side == "oracle" else int(fed[step]))
-    if side == "oracle":
+        chosen.append(int(np.argmax(logits)) if maker else int(fed[step]))
+    if maker:
         np.save(tokens, np.array(chosen))
     peak, steady = resident_bytes()
     figures = {"load": load, "ttft": seconds[0], "decode": float(np.mean(seconds[1:])),
@@ -65,57 +79,117 @@ def run_side(side: str, directory: Path, prompt: int, steps: int, tokens: Path, 
     np.savez(out, logits=np.array(rows), figures=json.dumps(figures))
 
 
-def measure(directory: Path, prompt: int, steps: int) -> tuple[dict, dict]:
-    """(figures per side, accuracy), each side in a child process."""
+def stream_bandwidth(nbytes: int = STREAM_BYTES, repeats: int = 5) -> float:
+    """Bytes per second a 2-thread bf16 GEMV streams (best of `repeats`)."""
+    import numba
+
+    from iron.core import bf16
+    from iron.ops.gemm import GEMV
+    from iron.ops.gemm.host import gemv
+
+    cols = 2048
+    op = GEMV(M=nbytes // (2 * cols), K=cols)
+    matrix = np.ones((op.M, cols), bf16)
+    x, y = np.ones(cols, bf16), np.empty(op.M, bf16)
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first call also loads the kernel
+        started = time.perf_counter()
+        gemv(op, matrix, x, y)
+        best = min(best, time.perf_counter() - started)
+    return matrix.nbytes / best
+
+
+def weight_bytes(directory: Path) -> int:
+    """The bytes of weights a decode step reads: every graph weight once."""
+    from iron.llama.config import LlamaConfig
+    from iron.llama.weights import LlamaWeights
+
+    config = LlamaConfig.from_file(directory)
+    shapes = LlamaWeights.expected_shapes(config)
+    read = {n: s for n, s in shapes.items() if n != "model.embed_tokens.weight"}
+    head = shapes["lm_head.weight" if "lm_head.weight" in shapes else "model.embed_tokens.weight"]
+    return 2 * (sum(int(np.prod(s)) for s in read.values()) + int(np.prod(head)))
+
+
+def measure(
+    directory: Path, prompt: int, steps: int, stream_bytes: int, oracle: bool
+) -> tuple[dict, dict, float]:
+    """(figures per side, accuracy per backend, stream bytes/s), each side
+    in a child process; the stream is measured between them (best of all).
+    The first side (the oracle, else cpu) makes the tokens and is the
+    baseline of the others' KL."""
     from iron.llama.checks import kl_divergence
 
-    work = Path(tempfile.mkdtemp(prefix="iron-llama-bench-"))
-    results = {}
-    for side in ("oracle", "model"):  # the oracle first: it makes the tokens
+    with tempfile.TemporaryDirectory(prefix="iron-llama-bench-") as work:
+        return _measure(Path(work), directory, prompt, steps, stream_bytes, oracle, kl_divergence)
+
+
+def _measure(work, directory, prompt, steps, stream_bytes, oracle, kl_divergence):
+    results, streams = {}, []
+    sides = ("oracle", *BACKENDS) if oracle else BACKENDS
+    for side in sides:
         out = work / f"{side}.npz"
+        streams.append(stream_bandwidth(stream_bytes))
+        maker = ["--maker"] if side == sides[0] else []
         subprocess.run(
             [sys.executable, __file__, "--child", side, "--model-dir", str(directory),
              "--prompt", str(prompt), "--steps", str(steps), "--tokens", str(work / "tokens.npy"),
-             "--out", str(out)],
+             "--out", str(out), *maker],
             check=True,
         )  # fmt: skip
         with np.load(out) as data:
             results[side] = (data["logits"], json.loads(str(data["figures"])))
-    (expected, oracle), (got, model) = results["oracle"], results["model"]
-    kl = [kl_divergence(e, g) for e, g in zip(expected, got)]
-    agree = int(np.sum(expected.argmax(axis=-1) == got.argmax(axis=-1)))
-    accuracy = {"mean": float(np.mean(kl)), "max": float(np.max(kl)), "agree": agree,
-                "steps": len(kl)}  # fmt: skip
-    return {"model": model, "oracle": oracle}, accuracy
+    streams.append(stream_bandwidth(stream_bytes))
+    expected = results[sides[0]][0]
+    accuracy = {}
+    for side in sides[1:]:
+        got = results[side][0]
+        kl = [kl_divergence(e, g) for e, g in zip(expected, got)]
+        agree = int(np.sum(expected.argmax(axis=-1) == got.argmax(axis=-1)))
+        accuracy[side] = {"mean": float(np.mean(kl)), "max": float(np.max(kl)), "agree": agree,
+                          "steps": len(kl), "baseline": sides[0]}  # fmt: skip
+    return {side: figures for side, (_, figures) in results.items()}, accuracy, max(streams)
 
 
-def table(figures: dict, accuracy: dict, preset: str, prompt: int, steps: int) -> str:
-    model, oracle = figures["model"], figures["oracle"]
+def table(figures, accuracy, stream: float, per_token: int, label: str, prompt, steps) -> str:
+    limit = stream / per_token  # tokens/s if a step only streamed its weights
 
     def mib(n):
         return "n/a" if n is None else f"{n / 2**20:,.0f} MiB"
 
-    rows = [
-        ("load (read, compile, upload)", f"{model['load']:.2f} s", f"{oracle['load']:.2f} s", "-"),
-        (f"time to first token ({prompt}-token prompt)", f"{model['ttft'] * 1e3:,.0f} ms",
-         f"{oracle['ttft'] * 1e3:,.0f} ms", f"{oracle['ttft'] / model['ttft']:.2f}x"),
-        (f"decode ({steps} steps)", f"{1 / model['decode']:.2f} tokens/s",
-         f"{1 / oracle['decode']:.2f} tokens/s", f"{oracle['decode'] / model['decode']:.2f}x"),
-        ("peak RSS (VmHWM)", mib(model["peak"]), mib(oracle["peak"]), "-"),
-        ("steady RSS (VmRSS)", mib(model["steady"]), mib(oracle["steady"]), "-"),
-    ]  # fmt: skip
-    header = ("measure", "IRON graph, reference backend", "float32 oracle", "graph speed-up")
+    def column(side):
+        f = figures[side]
+        speed = 1 / f["decode"]
+        share = f" ({speed / limit:.0%} of the limit)" if side != "oracle" else ""
+        return [f"{f['load']:.2f} s", f"{f['ttft'] * 1e3:,.0f} ms",
+                f"{speed:.2f} tokens/s{share}", mib(f["peak"]), mib(f["steady"])]  # fmt: skip
+
+    names = ["load (read, compile, upload)", f"time to first token ({prompt}-token prompt)",
+             f"decode ({steps} steps)", "peak RSS (VmHWM)", "steady RSS (VmRSS)"]  # fmt: skip
+    oracle = ("oracle",) if "oracle" in figures else ()
+    columns = [column(side) for side in (*BACKENDS, *oracle)]
+    header = ("measure", *(f"IRON graph, {s} backend" for s in BACKENDS),
+              *("float32 oracle" for _ in oracle))  # fmt: skip
     lines = [
-        f"{preset}; Python {platform.python_version()}, {platform.machine()}, one run:",
+        f"{label}; Python {platform.python_version()}, {platform.machine()}, one run:",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
-        *("| " + " | ".join(row) + " |" for row in rows),
+        *(
+            "| " + " | ".join([name, *(c[i] for c in columns)]) + " |"
+            for i, name in enumerate(names)
+        ),
         "",
-        f"Teacher-forced over the {accuracy['steps']} positions: KL(oracle || graph) mean "
-        f"{accuracy['mean']:.2e}, max {accuracy['max']:.2e}; top-1 agrees at "
-        f"{accuracy['agree']}/{accuracy['steps']}.",
+        f"Bandwidth limit: a 2-thread bf16 GEMV streams {stream / 1e9:.1f} GB/s here; a token "
+        f"reads {per_token / 1e9:.2f} GB of weights, so at most {limit:.2f} tokens/s.",
     ]
+    for side, a in accuracy.items():
+        graph = "graph" if a["baseline"] == "oracle" else side
+        lines.append(
+            f"Teacher-forced over the {a['steps']} positions, {side}: KL({a['baseline']} || {graph}) mean "
+            f"{a['mean']:.2e}, max {a['max']:.2e}; top-1 agrees at {a['agree']}/{a['steps']}."
+        )
     return "\n".join(lines)
 
 
@@ -127,34 +201,52 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     parser.add_argument("--steps", type=int, default=32, help="decode steps")
     parser.add_argument(
-        "--layers", type=int, default=2, help="decoder layers of the 1b-shaped model"
+        "--layers",
+        type=int,
+        nargs="+",
+        default=[2, 16],
+        help="decoder layers of the 1b-shaped model",
     )
-    parser.add_argument("--child", choices=("model", "oracle"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--oracle-layers",
+        type=int,
+        default=2,
+        help="run the oracle up to this many layers (above, cpu makes the tokens)",
+    )
+    parser.add_argument("--child", choices=("oracle", *BACKENDS), help=argparse.SUPPRESS)
+    parser.add_argument("--maker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tokens", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        run_side(args.child, args.model_dir, args.prompt, args.steps, args.tokens, args.out)
+        run_side(
+            args.child, args.model_dir, args.prompt, args.steps, args.tokens, args.out, args.maker
+        )
         return
 
     from iron.dispatch import cache_home
     from iron.llama import ensure_synthetic
 
     if args.quick:
-        preset, layers, prompt, steps = "tiny", None, 16, 4
-        directory = args.model_dir or Path(tempfile.mkdtemp(prefix="iron-llama-tiny-"))
-        label = "tiny preset (quick run)"
+        runs = [("tiny", None, args.model_dir or Path(tempfile.mkdtemp(prefix="iron-llama-tiny-")),
+                 "tiny preset (quick run)")]  # fmt: skip
+        prompt, steps, stream_bytes = 16, 4, 32 << 20
     else:
-        preset, layers, prompt, steps = "1b-shaped", args.layers, args.prompt, args.steps
-        directory = args.model_dir or cache_home() / "models" / f"1b-shaped-{layers}"
-        label = f"1b-shaped preset, {layers} layers (Llama 3.2 1B widths, 128256-token vocabulary)"
-    if ensure_synthetic(directory, preset, layers):
-        print(f"wrote the synthetic model to {directory}", file=sys.stderr)
-    figures, accuracy = measure(directory, prompt, steps)
-    text = table(figures, accuracy, label, prompt, steps)
-    print(text)
+        runs = [("1b-shaped", layers, args.model_dir or cache_home() / "models" / f"1b-shaped-{layers}",
+                 f"1b-shaped preset, {layers} layers (Llama 3.2 1B widths, 128256-token vocabulary)")
+                for layers in args.layers]  # fmt: skip
+        prompt, steps, stream_bytes = args.prompt, args.steps, STREAM_BYTES
+    texts = []
+    for preset, layers, directory, label in runs:
+        if ensure_synthetic(directory, preset, layers):
+            print(f"wrote the synthetic model to {directory}", file=sys.stderr)
+        oracle = layers is None or layers <= args.oracle_layers
+        figures, accuracy, stream = measure(directory, prompt, steps, stream_bytes, oracle)
+        per_token = weight_bytes(directory)
+        texts.append(table(figures, accuracy, stream, per_token, label, prompt, steps))
+        print(texts[-1], flush=True)
     if args.write_readme:
-        write_readme_section(README, "decode", text)
+        write_readme_section(README, "decode", "\n\n".join(texts))
         print(f"wrote {README}", file=sys.stderr)
 
 

@@ -25,10 +25,16 @@ def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
         "peak RSS (VmHWM)",
         "steady RSS (VmRSS)",
     ]
-    assert re.search(
-        r"decode \(4 steps\) \| [\d.]+ tokens/s \| [\d.]+ tokens/s \| [\d.]+x", result.stdout
+    for backend in ("cpu", "reference"):
+        mean, agree = re.search(
+            rf"{backend}: KL\(oracle \|\| graph\) mean ([\d.e+-]+).*agrees at (\d+)/5",
+            result.stdout,
+        ).groups()
+        assert 0 < float(mean) < 0.02 and int(agree) >= 4
+    speeds = re.search(
+        r"decode \(4 steps\) \| ([\d.]+) tokens/s \((\d+)% of the limit\) \| ([\d.]+) tokens/s "
+        r"\((\d+)% of the limit\) \| ([\d.]+) tokens/s \|",
+        result.stdout,
     )
-    mean, agree = re.search(
-        r"KL\(oracle \|\| graph\) mean ([\d.e+-]+).*agrees at (\d+)/5", result.stdout
-    ).groups()
-    assert 0 < float(mean) < 0.02 and int(agree) >= 4
+    assert speeds and all(float(speeds.group(i)) > 0 for i in (1, 3, 5))
+    assert re.search(r"a 2-thread bf16 GEMV streams [\d.]+ GB/s here", result.stdout)

@@ -37,7 +37,7 @@ def prompts(tiny_dir) -> tuple[list[int], list[int]]:
     return tokenizer.prompt(TEXT), tokenizer.prompt(OTHER)
 
 
-@pytest.fixture(scope="module", params=["reference", "sim"])
+@pytest.fixture(scope="module", params=["reference", "sim", "cpu"])
 def model(request, tiny_dir) -> Model:
     return Model.from_pretrained(tiny_dir, backend=request.param, max_seq_len=512, progress=False)
 
@@ -62,7 +62,7 @@ def test_matches_the_oracle_within_the_accuracy_bounds(model, oracle, prompts):
     assert model.metrics.backend == model.forward.backend.name
 
 
-@pytest.mark.parametrize("model", ["sim"], indirect=True)
+@pytest.mark.parametrize("model", ["sim", "cpu"], indirect=True)
 def test_deterministic_across_alternating_prompts(model, prompts):
     report = check_determinism(model, prompts, rounds=3, tokens=4)
     assert report.passed, report.summary()
@@ -71,10 +71,10 @@ def test_deterministic_across_alternating_prompts(model, prompts):
 def test_prefill_then_decode_follows_the_oracle_and_one_decode_serves_every_position(
     model, oracle, prompts
 ):
-    before = rows_of(model)
-    assert before[:2] == [1, 256]  # from_pretrained compiled decode and the first bucket
+    assert {1, 128, 256} <= set(rows_of(model))  # from_pretrained compiled decode, two buckets
     reference = OracleModel(oracle)
     expected, got = reference.prefill(prompts[0]), model.prefill(prompts[0])
+    before = rows_of(model)
     agreed = 0
     for step in range(17):  # the prefill's token, then 16 decodes fed the oracle's choice
         best, chosen = int(np.argmax(expected)), int(np.argmax(got))
@@ -118,6 +118,22 @@ def test_a_longer_prompt_compiles_its_bucket_on_demand(model, oracle, caplog):
     assert kl_divergence(reference.prefill(ids), logits) < AccuracyBounds().p90_kl
     token = int(np.argmax(logits))
     assert kl_divergence(reference.decode(token), model.decode(token)) < AccuracyBounds().p90_kl
+
+
+def test_prompts_take_the_smallest_bucket_the_tiling_allows(tiny_dir, oracle, caplog):
+    model = Model.from_pretrained(tiny_dir, backend="reference", max_seq_len=512, progress=False)
+    buckets = {n: model.prefill_rows(n) for n in (1, 64, 65, 128, 129, 256, 257)}
+    assert buckets == {1: 64, 64: 64, 65: 128, 128: 128, 129: 256, 256: 256, 257: 512}
+    size = model.forward.arena.size
+    ids = [0, *np.random.default_rng(3).integers(2, 512, 39).tolist()]
+    with caplog.at_level(logging.INFO, logger="iron.llama"):
+        logits = model.prefill(ids)
+    assert "prefill of 40 tokens: compiling the 64-row version" in caplog.text
+    assert model.forward.arena.size == size  # the 256-row bucket sized the arena for it
+    assert kl_divergence(OracleModel(oracle).prefill(ids), logits) < AccuracyBounds().p90_kl
+    (prefill_64,) = (v for s, v in model.forward.versions.items() if s[0][1][0] == 64)
+    gemms = {s.op.tile_m for s in prefill_64.runlist.steps if type(s.op).__name__ == "GEMM"}
+    assert gemms == {16}  # 4 cores x 16 rows
 
 
 def test_caches_and_weights_survive_the_arena_growing(tiny_dir, oracle, prompts):
@@ -239,12 +255,21 @@ def test_float_weights_other_than_bf16_are_refused_by_name(tiny_dir):
 
 @pytest.mark.slow
 def test_llama_32_1b_widths_match_the_oracle(tmp_path):
-    # one decoder layer at full width: 32 heads over 8 kv heads, MHA with 4
-    # pipelines, a 128256-row head, caches of 2048 positions
+    # one decoder layer at full width: 32 heads over 8 kv heads, MHA with 2
+    # pipelines (a 128-row bucket), a 128256-row head, caches of 2048 positions
     directory = make_synthetic(tmp_path, preset="1b-shaped", layers=1)
     model = Model.from_pretrained(directory, backend="sim", progress=False)
     oracle = OracleModel(Oracle.from_pretrained(directory))
     prompt = [0, *np.random.default_rng(2).integers(2, 128256, 99).tolist()]
     report = check_accuracy(oracle, model, prompt, steps=8)
     assert report.passed, report.summary()
-    assert rows_of(model) == [1, 256]
+    assert rows_of(model) == [1, 128, 256]
+
+
+def test_auto_is_the_npu_where_present_else_the_host_kernels(monkeypatch):
+    from iron.llama.model import choose_backend
+
+    assert choose_backend("auto") == "cpu"  # no NPU here (the npu backend says why)
+    assert choose_backend("sim") == "sim"
+    monkeypatch.setenv("IRON_BACKEND", "reference")
+    assert choose_backend("auto") is None  # iron-dispatch reads IRON_BACKEND itself

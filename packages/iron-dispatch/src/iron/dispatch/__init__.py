@@ -1,5 +1,5 @@
 """iron-dispatch: operator sequences and their layout, graph functions with
-per-shape versions sharing one arena, the reference / sim / npu backends and
+per-shape versions sharing one arena, the reference / cpu / sim / npu backends and
 the compile cache."""
 
 from iron.dispatch.backends import Backend, BackendUnavailable, CompilingBackend, Executable

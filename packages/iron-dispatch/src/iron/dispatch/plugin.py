@@ -13,6 +13,12 @@ def iron_register_backends(register):
         priority=10,
     )
     register(
+        "cpu",
+        "iron.dispatch.backends.cpu:CpuBackend",
+        summary="host kernels (fused bf16, every core) where operators have them, else references",
+        priority=30,
+    )
+    register(
         "sim",
         "iron.dispatch.backends.sim:SimBackend",
         summary="a simulated NPU: device memory, granule syncs, parameter scratchpad",

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from iron.core.terminal import stdout_closed
 from iron.dispatch import BackendUnavailable, cache_home
-from iron.dispatch.selection import backend_names
+from iron.dispatch.selection import backend_names, get_backend
 from iron.llama.checks import AccuracyBounds, check_accuracy, check_determinism
 from iron.llama.config import LlamaConfig
 from iron.llama.model import Model, NonFiniteLogits, check_fits, default_max_seq_len
@@ -157,19 +157,40 @@ def _demo(args: argparse.Namespace) -> int:
         "the point: the IRON graph against the float32 oracle.\n"
         "For Llama 3.2 1B: iron-llama generate --model DIR --prompt TEXT (see the README).\n"
     )
-    model = Model.from_pretrained(directory, backend=args.backend, progress=_progress(args))
+    # the demo shows the device path: auto is iron-dispatch's (the npu, else sim)
+    backend = get_backend(None).name if args.backend == "auto" else args.backend
+    model = Model.from_pretrained(directory, backend=backend, progress=_progress(args))
     print(DEMO_PROMPT, end="", flush=True)
     # random weights: an end-of-text token means nothing, so it does not stop the demo
     ids = model.tokenizer.prompt(DEMO_PROMPT)
     _stream(model, ids, args.num_tokens, Sampler(seed=args.seed), stop_tokens=())
     print()
-    print(model.metrics.table())
+    measured = [model.metrics]
+    if backend != "cpu":  # beside it, the same generation with the host kernels
+        host = Model.from_pretrained(directory, backend="cpu", progress=_progress(args))
+        host.generate(ids, args.num_tokens, Sampler(seed=args.seed), stop_tokens=())
+        measured.append(host.metrics)
+    print(side_by_side(measured))
     print()
     prompt = model.tokenizer.prompt(paragraphs()[0])
     report = check_accuracy(OracleModel(Oracle.from_pretrained(directory)), model, prompt)
     print(f"against the float32 oracle, from a {len(prompt)}-token prompt:")
     print(report.summary())
     return 0 if report.passed else 1
+
+
+def side_by_side(measured: Sequence) -> str:
+    """`Metrics` of several runs as one text table, a column per run."""
+    columns = [m.rows() for m in measured]
+    names = [name for name, _ in columns[0]]
+    widths = [max(len(value) for _, value in rows) for rows in columns[:-1]]
+    width = max(map(len, names))
+    lines = []
+    for i, name in enumerate(names):
+        values = [rows[i][1] for rows in columns]
+        padded = [v.ljust(w) for v, w in zip(values, widths)] + values[-1:]
+        lines.append(f"{name:<{width}}  " + "  ".join(padded))
+    return "\n".join(lines)
 
 
 def _make_synthetic(args: argparse.Namespace) -> int:

@@ -30,11 +30,13 @@ from iron.core import bf16
 from iron.dispatch import GraphFunction, graph
 from iron.llama.config import LlamaConfig
 from iron.llama.weights import LayerWeights, LlamaWeights, layer_tensor_name
-from iron.ops.eltwise import ElementwiseAdd, RMSNorm, RoPE, StridedCopy
-from iron.ops.gemm import GEMM, GEMV, MHA, DecodeAttention, SwiGLUDecode, SwiGLUPrefill
+from iron.ops.eltwise import ElementwiseAdd, ElementwiseMul, RMSNorm, RoPE, SiLU, StridedCopy
+from iron.ops.gemm import GEMM, GEMV, MHA, DecodeAttention, SwiGLUDecode
 
 #: MHA's query and key blocks are 64 rows; IRON runs up to 8 pipelines of them
 MHA_BLOCK, MHA_PIPELINES = 64, (8, 4, 2, 1)
+#: GEMM's rows come in 4 cores x tile_m; 64-row tiles unless the bucket is smaller
+GEMM_CORES, GEMM_TILE_M = 4, 64
 _FIELDS = tuple(LayerWeights.__dataclass_fields__)
 
 
@@ -135,11 +137,12 @@ def _prefill_layer(g, config: LlamaConfig, w, x, angles, keys, values, pos):
     )
     rows = x.shape[0]
     keys, values = keys[0:rows], values[0:rows]
+    # a 64- or 128-row bucket takes 16- or 32-row tiles (npu2's bf16 MAC needs multiples of 16)
+    tile_m = min(GEMM_TILE_M, rows // GEMM_CORES)
 
     def project(a, weight, into=()):
-        return g(
-            GEMM(M=rows, K=weight.shape[1], N=weight.shape[0], b_col_maj=True), a, weight, *into
-        )
+        gemm = GEMM(M=rows, K=weight.shape[1], N=weight.shape[0], b_col_maj=True, tile_m=tile_m)
+        return g(gemm, a, weight, *into)
 
     h = g(_norm(config, rows), x, w["input_norm"])
     q = project(h, w["q"])
@@ -160,5 +163,8 @@ def _prefill_layer(g, config: LlamaConfig, w, x, angles, keys, values, pos):
     context = g(mha, q.reshape(rows, heads, d), keys, values)
     x = g(ElementwiseAdd(size=rows * hidden), x, project(context.reshape(rows, heads * d), w["o"]))
     h = g(_norm(config, rows), x.reshape(rows, hidden), w["post_attention_norm"])
-    mlp = g(SwiGLUPrefill(rows, hidden, config.intermediate_size), h, w["gate"], w["up"], w["down"])
+    # SwiGLUPrefill's parts, recorded here so its GEMMs take this bucket's tile_m
+    size = rows * config.intermediate_size
+    gated = g(SiLU(size=size), project(h, w["gate"]))
+    mlp = project(g(ElementwiseMul(size=size), gated, project(h, w["up"])), w["down"])
     return g(ElementwiseAdd(size=rows * hidden), x, mlp).reshape(rows, hidden)

@@ -5,13 +5,17 @@
     logits = model.decode(int(logits.argmax()))          # one more position
 
 Prefill starts a sequence at position 0 (whatever came before is
-forgotten); decode appends one token. Prompts run in buckets of 256 rows
-(GEMM takes whole 256-row blocks; MHA 64-row blocks per pipeline), so a
-prompt of n tokens runs the version of ceil(n / 256) * 256 rows, padded with
-zero rows. `from_pretrained` compiles the decode version and the first
-bucket before anything runs, so the arena is sized once in the common case;
-a longer prompt compiles its bucket when it first comes (logged), and the
-arena grows, keeping weights and caches.
+forgotten); decode appends one token. Prompts run in buckets of 64, 128 or
+256 rows, then whole multiples of 256, padded with zero rows: the smallest
+the operators' tiling allows (GEMM takes whole blocks of 4 cores x tile_m
+rows, tile_m a multiple of 16 on npu2, so 64 rows at the least; MHA whole
+64-row blocks per pipeline). `from_pretrained` compiles the decode version
+and the 256- and 128-row buckets before anything runs, so the arena is sized
+once in the common case (every bucket up to 256 rows fits it); any other
+bucket compiles when a prompt first needs it (logged: a 64-row one fits the
+arena, a longer one grows it, keeping weights and caches). Compiling costs
+load time (seconds per version at 16 layers, mostly memory planning), so
+the rarely needed 64-row bucket is not compiled ahead.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from iron.core import bf16
+from iron.core import bf16, registry, settings
 from iron.dispatch.graph import PIECE_BYTES
 from iron.llama.checkpoint import Checkpoint
 from iron.llama.checks import logits_broken
@@ -40,8 +44,12 @@ from iron.ops.eltwise import angle_table
 
 log = logging.getLogger("iron.llama")
 
-#: prompt rows come in whole buckets: GEMM's M is 4 cores x 64-row tiles
+#: prompt rows come in whole buckets: GEMM's M is 4 cores x 64-row tiles...
 PREFILL_BUCKET = 256
+#: ...or, for a short prompt, 4 cores x 16- or 32-row tiles (MHA: 1 or 2 pipelines)
+SMALL_BUCKETS = (64, 128)
+#: prompt buckets compiled ahead: the largest first, so it sizes the arena
+AHEAD_BUCKETS = (PREFILL_BUCKET, 128)
 #: the cache length when none is asked for (IRON's runner uses the same)
 DEFAULT_MAX_SEQ_LEN = 2048
 #: DecodeAttention's Softmax holds a whole row of scores, one per cache position
@@ -59,6 +67,19 @@ def default_max_seq_len(config: LlamaConfig) -> int:
     """2048 positions, or fewer when the model's context is shorter."""
     fitting = config.max_position_embeddings // PREFILL_BUCKET * PREFILL_BUCKET
     return min(DEFAULT_MAX_SEQ_LEN, fitting) or PREFILL_BUCKET
+
+
+def choose_backend(backend: str) -> str | None:
+    """The backend a model runs on: `backend` as given, except "auto", which
+    is the NPU where one is present and else `cpu` (host kernels on every
+    core: the fastest host run); ``IRON_BACKEND``, when set, decides instead
+    (None: iron-dispatch reads it)."""
+    if backend != "auto":
+        return backend
+    if settings.current().backend != "auto":
+        return None
+    npu = "npu" in registry.backends() and registry.backend("npu").available()[0]
+    return "npu" if npu else "cpu"
 
 
 def check_fits(prompt_tokens: int, new_tokens: int, max_seq_len: int) -> None:
@@ -81,8 +102,9 @@ class Model:
     plus `generate` and `metrics`. Logits come back as float32 (vocab,)
     from the graph's bf16.
 
-    `backend`: a registered backend ("reference", "sim", "npu", a plugin's)
-    or "auto" (the best available; ``IRON_BACKEND`` overrides it); `max_seq_len`: positions the KV caches
+    `backend`: a registered backend ("reference", "cpu", "sim", "npu", a
+    plugin's) or "auto" (`choose_backend`: npu where present, else cpu;
+    ``IRON_BACKEND`` overrides it); `max_seq_len`: positions the KV caches
     hold, a multiple of 256 up to 8192 and the model's context (default:
     2048 or the context); `device`: an iron-core `Device` or its name
     (default npu2: MHA, the prefill attention, runs on npu2 only); `release`:
@@ -128,7 +150,7 @@ class Model:
             config,
             weights,
             max_seq_len,
-            backend=None if backend == "auto" else backend,
+            backend=choose_backend(backend),
             device=device,
         )
         scaling = config.rope_scaling and dataclasses.asdict(config.rope_scaling)
@@ -178,9 +200,10 @@ class Model:
     # ---- building ----
 
     def compile(self, progress: bool | None = None) -> None:
-        """Compile the decode version and the first prompt bucket."""
-        with _bar(progress, total=2, desc="compiling", unit="version") as bar:
-            for label, rows in (("decode", 1), (f"prefill {PREFILL_BUCKET}", PREFILL_BUCKET)):
+        """Compile the decode version and the prompt buckets of `AHEAD_BUCKETS`."""
+        versions = [("decode", 1), *((f"prefill {rows}", rows) for rows in AHEAD_BUCKETS)]
+        with _bar(progress, total=len(versions), desc="compiling", unit="version") as bar:
+            for label, rows in versions:
                 bar.set_postfix_str(label)
                 self._version(rows)
                 bar.update()
@@ -216,7 +239,8 @@ class Model:
 
     def prefill_rows(self, tokens: int) -> int:
         """The rows of the prompt bucket that holds `tokens` tokens."""
-        return -(-tokens // PREFILL_BUCKET) * PREFILL_BUCKET
+        small = next((rows for rows in SMALL_BUCKETS if tokens <= rows), None)
+        return small or -(-tokens // PREFILL_BUCKET) * PREFILL_BUCKET
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         """Start a sequence with `token_ids` at positions 0..n-1; return the

@@ -51,6 +51,7 @@ class StridedCopy(Operator):
     in_offset: int = per_call(0)
     out_offset: int = per_call(0)
 
+    host = "iron.ops.eltwise.host:strided_copy"  # the cpu backend's kernel
     cases = (
         # 16 rows of 64 out of a (16, 128) matrix
         Case({"input_buffer_size": 2048, "output_buffer_size": 1024,

@@ -141,6 +141,7 @@ class GEMM(Operator):
     tile_n: int = tunable(64)
     num_aie_columns: int | None = tunable()
 
+    host = "iron.ops.gemm.host:gemm"  # the cpu backend's kernel
     cases = (
         Case({"M": 256, "K": 64, "N": 512, "num_aie_columns": 4}),
         Case({"M": 256, "K": 64, "N": 512, "b_col_maj": True, "num_aie_columns": 4}),

@@ -80,6 +80,7 @@ class GEMV(Operator):
     tile_size_output: int | None = tunable()
     num_aie_columns: int | None = tunable()
 
+    host = "iron.ops.gemm.host:gemv"  # the cpu backend's kernel
     cases = (
         Case({"M": 256, "K": 64, "num_aie_columns": 4}),
         Case({"M": 256, "K": 64, "num_batches": 4, "num_aie_columns": 4}),

@@ -40,6 +40,7 @@ class GQAContext(CacheReader):
     weights is (heads, max_seq_len), values (max_seq_len, kv_heads,
     head_dim), context (heads, head_dim)."""
 
+    host = "iron.ops.gemm.host:gqa_context"  # the cpu backend's kernel
     cases = (
         Case({"heads": 8, "kv_heads": 2, "head_dim": 64, "max_seq_len": 256}),
         Case({"heads": 32, "kv_heads": 8, "head_dim": 64, "max_seq_len": 2048,

@@ -37,6 +37,7 @@ class GQAScores(CacheReader):
     given the same `valid`, masks them). q is (heads, head_dim), keys
     (max_seq_len, kv_heads, head_dim), scores (heads, max_seq_len)."""
 
+    host = "iron.ops.gemm.host:gqa_scores"  # the cpu backend's kernel
     cases = (
         Case({"heads": 8, "kv_heads": 2, "head_dim": 64, "max_seq_len": 256}),
         # Llama 3.2 1B: 32 query heads in 8 groups; pinned, the default follows the width

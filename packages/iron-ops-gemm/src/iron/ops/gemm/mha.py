@@ -88,6 +88,7 @@ class MHA(Operator):
     num_pipelines: int = tunable(1)
     causal: bool = True
 
+    host = "iron.ops.gemm.host:mha"  # the cpu backend's kernel
     cases = (
         Case({"num_heads": 8, "seq_len": 128}),
         Case({"num_heads": 8, "seq_len": 128, "num_kv_heads": 2}),

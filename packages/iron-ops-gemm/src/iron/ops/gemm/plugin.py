@@ -21,3 +21,24 @@ OPERATORS = {
 def iron_register_operators(register):
     for name, (module, summary) in OPERATORS.items():
         register(name, f"iron.ops.gemm.{module}:{name}", summary=summary)
+
+
+@hookimpl
+def iron_doctor(report):
+    """The host kernels' JIT (the cpu backend's): threads, what the first
+    call cost and where compiled code is cached. Absent numba is a problem
+    for speed only: the cpu backend then runs references."""
+    try:
+        import numba
+
+        from iron.ops.gemm.host import warm_up
+    except ImportError as error:
+        report("host kernels (gemm)", f"unavailable ({error}): cpu runs references", ok=False)
+        return
+    info = warm_up()
+    how = f"compiled {info['compiled']} kernel(s)" if info["compiled"] else "all cached"
+    report(
+        "host kernels (gemm)",
+        f"numba {numba.__version__}, {info['threads']} threads; first call "
+        f"{info['seconds']:.2f} s ({how}); cache {info['cache_dir']}",
+    )

@@ -1,0 +1,112 @@
+"""The cpu backend: the fastest correct run without an NPU. Each step runs
+its operator's host kernel where the operator names one (a fused kernel,
+bf16 read as bf16, on every core), else its numpy reference, on one host
+arena as the reference backend does.
+
+An operator names its host kernel by a class attribute holding an import
+path, ``host = "iron.ops.gemm.host:gemv"``: a string, so neither the family
+nor this backend imports the other, and the kernel's module (and its JIT)
+is imported only when a step that needs it is bound. A kernel is called as
+``kernel(op, *arrays, **per_call)`` with every array of the step in the
+operator's spec order and writes its outputs (INOUT ones too) in place.
+A kernel that cannot be imported is logged once and the step runs its
+reference. A kernel module may define ``warm_up()``: it is called once,
+when the module is first imported, which happens when an image is loaded,
+so a JIT's compile (or cache load) lands in loading, not in the first call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+
+import attrs
+
+from iron.core import Operator
+from iron.dispatch.backends import CompilingBackend
+from iron.dispatch.executable import BoundStep, FusedExecutable, kernel
+from iron.dispatch.memory import view
+
+log = logging.getLogger("iron.dispatch")
+
+_kernels: dict[str, Callable | None] = {}
+_warmed: set[str] = set()
+
+
+def host_kernel(op: Operator) -> Callable | None:
+    """The host kernel `op`'s class names, imported once; None when it names
+    none or it cannot be imported (then the reference runs)."""
+    target = getattr(type(op), "host", None)
+    if not isinstance(target, str):
+        return None
+    if target not in _kernels:
+        module, _, name = target.partition(":")
+        try:
+            loaded = importlib.import_module(module)
+            _kernels[target] = getattr(loaded, name)
+            if module not in _warmed and callable(getattr(loaded, "warm_up", None)):
+                _warmed.add(module)
+                report = loaded.warm_up()
+                log.info("host kernels of %s ready: %s", module, report)
+        except (ImportError, AttributeError) as error:
+            log.warning("host kernel %s cannot be imported (%s); running references", target, error)
+            _kernels[target] = None
+    return _kernels[target]
+
+
+@attrs.define
+class HostStep(BoundStep):
+    """A step run by a host kernel, which writes its outputs in place."""
+
+    def __call__(self, words) -> None:
+        values = {member: int(words[w]) for member, w in self.step.words}
+        values.update(self.constants)
+        self.run(*self.arrays, **values)
+
+
+def _host_run(op: Operator, fn: Callable) -> Callable:
+    defaults = {m: getattr(op, m) for m in op.per_call_members()}
+
+    def run(*arrays, **values):
+        fn(op, *arrays, **{**defaults, **values})
+
+    return run
+
+
+class CpuExecutable(FusedExecutable):
+    """Fused, on unified memory: host kernels where operators have them."""
+
+    def __init__(self, image, buffers, *, device_model, poison) -> None:
+        super().__init__(image, buffers, device_model=device_model, poison=poison)
+        for step in image.steps:  # imported (and warmed up) now, not on the first call
+            host_kernel(step.op)
+
+    def steps(self) -> list[BoundStep]:
+        generation = self.buffers["scratch"].generation
+        if generation != self._generation:
+            memory = {arena: buffer.device for arena, buffer in self.buffers.items()}
+            self._steps = [self._bind(i, step, memory) for i, step in enumerate(self.image.steps)]
+            self._generation = generation
+        return self._steps
+
+    @staticmethod
+    def _bind(index, step, memory) -> BoundStep:
+        arrays = [view(memory[p.arena], p.offset, p.nbytes, p.dtype, p.shape) for p in step.args]
+        fn = host_kernel(step.op)
+        if fn is None:
+            return BoundStep(index, step, kernel(step.op, False), arrays, dict(step.constants))
+        return HostStep(index, step, _host_run(step.op, fn), arrays, dict(step.constants))
+
+
+class CpuBackend(CompilingBackend):
+    name = "cpu"
+    unified = True
+    modes = ("fused",)
+
+    def available(self) -> tuple[bool, str]:
+        return True, "runs wherever numpy does; host kernels compile with numba"
+
+    def load(self, image, buffers, *, device=None, poison=False) -> CpuExecutable:
+        self.check_mode(image.mode)
+        return CpuExecutable(image, buffers, device_model=False, poison=poison)

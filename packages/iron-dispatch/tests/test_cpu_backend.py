@@ -1,0 +1,90 @@
+"""The cpu backend: host kernels where operators name one, references
+elsewhere, the same bits as the reference backend for exact operators."""
+
+import logging
+
+import attrs
+import numpy as np
+import pytest
+from dispatch_fakes import HOST_WRITES, ROWS, WARM_UPS, N, Scale, expected_outputs, make_host_model
+
+from iron.core import bf16
+from iron.dispatch import Backend, get_backend, graph
+from iron.dispatch.backends import cpu
+
+CALLS = [(4, 0, 21), (1, 4, 22), (1, 5, 23), (3, 6, 24)]  # rows, pos, seed: prefill then decodes
+
+
+def test_cpu_runs_host_kernels_in_place_and_matches_the_reference_bits():
+    w = np.random.default_rng(11).standard_normal(N).astype(bf16)
+    calls = [
+        (np.random.default_rng(s).standard_normal((n, N)).astype(bf16), p) for n, p, s in CALLS
+    ]
+    HOST_WRITES.clear()
+    model = make_host_model(w)
+    got = [model(x, pos=pos) for x, pos in calls]
+    assert [g.tobytes() for g in got] == [e.tobytes() for e in expected_outputs(w, calls)]
+    # every cache row was written by WriteRow's host kernel, never its reference
+    assert HOST_WRITES == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert model.backend.name == "cpu"
+
+
+def test_the_host_kernel_writes_only_its_row():
+    """An INOUT step's kernel leaves the rest of the state as it was: no
+    whole-state copy can hide here, because the other rows are marked."""
+    w = np.ones(N, bf16)
+    model = make_host_model(w)
+    model.compile(((1, N), bf16))
+    marked = np.full((ROWS, N), 7, bf16)
+    model.write_state("cache", marked)
+    buffer = model._memory.buffer.host
+    before = buffer.ctypes.data
+    model(np.ones((1, N), bf16), pos=3)
+    cache = model.read_state("cache")
+    assert (cache[3] == 1).all() and (np.delete(cache, 3, axis=0) == 7).all()
+    assert model._memory.buffer.host.ctypes.data == before
+
+
+@attrs.frozen
+class Unreachable(Scale):
+    host = "no_such_module_anywhere:kernel"
+
+
+def test_a_host_kernel_that_cannot_be_imported_falls_back_to_the_reference(caplog):
+    @graph(backend="cpu")
+    def double(g, x):
+        return g(Unreachable(N, 2.0), x)
+
+    x = np.arange(N).astype(bf16)
+    with caplog.at_level(logging.WARNING, logger="iron.dispatch"):
+        y = double(x)
+    assert y.tobytes() == (x.astype(np.float32) * 2).astype(bf16).tobytes()
+    assert "no_such_module_anywhere:kernel cannot be imported" in caplog.text
+
+
+def test_reference_backend_ignores_host_kernels():
+    w = np.ones(N, bf16)
+    HOST_WRITES.clear()
+    make_host_model(w, backend="reference")(np.ones((2, N), bf16), pos=0)
+    assert HOST_WRITES == []
+
+
+def test_cpu_is_registered_unified_fused_only_and_always_available():
+    backend = get_backend("cpu")
+    assert isinstance(backend, Backend) and isinstance(backend, cpu.CpuBackend)
+    assert backend.available()[0] and backend.unified and backend.modes == ("fused",)
+    with pytest.raises(ValueError, match="backend 'cpu' has no mode 'compare'"):
+        backend.check_mode("compare")
+
+
+def test_a_kernel_module_warms_up_once_when_an_image_loads(monkeypatch):
+    monkeypatch.setattr(cpu, "_kernels", {})
+    monkeypatch.setattr(cpu, "_warmed", set())
+    WARM_UPS.clear()
+    model = make_host_model(np.ones(N, bf16))
+    model.compile(((1, N), bf16))
+    model.compile(((2, N), bf16))
+    writes = len(HOST_WRITES)
+    assert [writes] == WARM_UPS  # once, at load, before any step ran
+    model(np.ones((1, N), bf16), pos=0)
+    assert [writes] == WARM_UPS

@@ -1,0 +1,73 @@
+"""Where `Model.from_pretrained` spends its time, phase by phase, beside a
+plain copy of the same weight bytes into a fresh buffer (what the upload
+should cost: the checkpoint is in the page cache).
+
+    uv run --package iron-llama python packages/iron-llama/benchmarks/load.py [--layers 16] [--backend cpu]
+
+Uses the 1b-shaped synthetic model that `decode.py` writes into the user
+cache (written here too if missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--backend", default="cpu")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    from iron.dispatch import cache_home
+    from iron.llama import Model, ensure_synthetic
+    from iron.llama.checkpoint import Checkpoint
+    from iron.llama.config import LlamaConfig
+    from iron.llama.model import AHEAD_BUCKETS
+    from iron.llama.tokenizer import Tokenizer
+    from iron.llama.weights import LlamaWeights
+
+    phases = [("import iron.llama", time.perf_counter() - started)]
+    directory = cache_home() / "models" / f"1b-shaped-{args.layers}"
+    ensure_synthetic(directory, "1b-shaped", args.layers)
+
+    def timed(label, fn):
+        started = time.perf_counter()
+        result = fn()
+        phases.append((label, time.perf_counter() - started))
+        return result
+
+    config = LlamaConfig.from_file(directory)
+    checkpoint = Checkpoint.open(directory)
+    weights = timed(
+        "read (map, check names and shapes)", lambda: LlamaWeights.load(checkpoint, config)
+    )
+    tokenizer = timed("tokenizer", lambda: Tokenizer.from_pretrained(directory))
+    model = timed(
+        "graph function, RoPE table",
+        lambda: Model(config, weights, tokenizer, backend=args.backend, release=checkpoint.release),
+    )
+    for rows in (1, *AHEAD_BUCKETS):
+        timed(f"compile the {rows}-row version", lambda rows=rows: model._version(rows))
+    nbytes = timed("upload the weights into the arena", lambda: model.load(progress=False))
+    # the same number of bytes, from warm memory into fresh memory, as the arena gets them
+    source, fresh = np.ones(256 << 20, np.uint8), np.zeros(nbytes, np.uint8)
+    started = time.perf_counter()
+    for start in range(0, nbytes, source.size):
+        np.copyto(fresh[start : start + source.size], source[: nbytes - start])
+    copy_seconds = time.perf_counter() - started
+    total = sum(seconds for _, seconds in phases)
+    print(f"{args.layers} layers, backend {args.backend}, {nbytes / 1e9:.2f} GB of weights:\n")
+    print("| phase | seconds |\n|---|---|")
+    for label, seconds in phases:
+        print(f"| {label} | {seconds:.2f} |")
+    print(f"| total | {total:.2f} |")
+    print(f"| (a plain copy of {nbytes / 1e9:.2f} GB into fresh memory) | {copy_seconds:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

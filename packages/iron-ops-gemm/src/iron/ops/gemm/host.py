@@ -1,0 +1,312 @@
+"""Host kernels: the `cpu` backend's fused bf16 versions of the operators
+that carry the weight bytes (GEMV, GEMM, GQAScores, GQAContext), and the
+prefill's attention (MHA).
+
+An operator names its kernel as a string, ``host = "iron.ops.gemm.host:gemv"``;
+the backend imports this module only when it runs one, so the family stays
+importable without a JIT. A kernel is ``kernel(op, *arrays, **per_call)``
+with the step's arrays in the operator's spec order; it writes its outputs
+in place.
+
+Numerics are the references': bf16 in, float32 inside, one rounding to bf16
+(to nearest even) per output. A weight is read as bf16, two bytes per
+element, and widened in registers (a bf16's bits are a float32's top half),
+so a decode step streams each weight once at two bytes per weight instead of
+upcasting it to a float32 copy first.
+
+Every numba kernel splits its work over outputs only (rows of a GEMV, KV
+groups or query heads of attention): one output is reduced by one thread,
+in an order fixed by the compiled loop, so results are the same bits for
+any thread count and on every run. GEMM's products are BLAS's (see `gemm`). Compiled code is cached on disk (numba's
+``cache=True``: beside this module, else numba's user cache, or
+``NUMBA_CACHE_DIR``); `warm_up` compiles (or loads) every kernel and says
+how long that took. ``NUMBA_NUM_THREADS`` sets the threads (default: every
+core).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+# idle OpenMP workers sleep at once instead of spinning: on a shared host a
+# spinning worker is descheduled and each parallel launch then waits a
+# scheduler quantum for it (47 ms median per launch measured on a busy
+# 2-core host, 16 us passive). Read when numba first loads its OpenMP pool.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from iron.core import bf16
+
+#: reassociation lets the reduction vectorize; the order is still fixed by
+#: the compiled loop, never by the thread count. No contraction into FMAs,
+#: and no assumptions about NaN or infinity, so results match plain float32
+#: arithmetic up to summation order.
+_FAST = {"reassoc", "nsz", "arcp"}
+#: weight bytes a GEMM widens to float32 at once before its product: a
+#: bounded packing buffer instead of a float32 copy of the weight, wide
+#: enough for sgemm to run near its speed (4 MiB panels ran 1.6x slower)
+GEMM_PANEL_BYTES = 16 << 20
+
+
+@intrinsic
+def _widen(typingctx, bits):
+    """bf16 bits (uint16) -> float32: shift into the top half, reinterpret."""
+
+    def codegen(context, builder, signature, args):
+        wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
+        return builder.bitcast(wide, ir.FloatType())
+
+    return types.float32(types.uint16), codegen
+
+
+@intrinsic
+def _bits(typingctx, value):
+    """float32 -> its uint32 bits."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
+@njit(inline="always", cache=True)
+def _round(value):
+    """float32 -> bf16 bits, to nearest even; a NaN stays a (quiet) NaN."""
+    bits = _bits(np.float32(value))
+    if value != value:
+        return np.uint16((bits >> 16) | 0x40)
+    return np.uint16((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16)
+
+
+@njit(cache=True)
+def _widen_vector(x):
+    out = np.empty(x.shape[0], np.float32)
+    for k in range(x.shape[0]):
+        out[k] = _widen(x[k])
+    return out
+
+
+# ---- GEMV ---------------------------------------------------------------------
+
+
+@njit(parallel=True, fastmath=_FAST, cache=True)
+def _gemv(a, x, y):
+    """y[b, i] = a[b, i, :] . x[b, :] for bf16 bits a (B, M, K), x (B, K)."""
+    batches, rows, depth = a.shape
+    for b in range(batches):
+        xf = _widen_vector(x[b])
+        for i in prange(rows):
+            row = a[b, i]
+            acc = np.float32(0)
+            for k in range(depth):
+                acc += _widen(row[k]) * xf[k]
+            y[b, i] = _round(acc)
+
+
+def gemv(op, A, x, y):
+    depth = op.K
+    _gemv(_bits16(A).reshape(-1, op.M, depth), _bits16(x).reshape(-1, depth),
+          _bits16(y).reshape(-1, op.M))  # fmt: skip
+
+
+# ---- GEMM ---------------------------------------------------------------------
+
+
+@njit(parallel=True, cache=True)
+def _widen_rows(src, dst):
+    """dst = src widened, a row per task."""
+    for i in prange(src.shape[0]):
+        for k in range(src.shape[1]):
+            dst[i, k] = _widen(src[i, k])
+
+
+@njit(parallel=True, cache=True)
+def _round_into(block, out, start, column_major):
+    """C's columns start.. = block (their transpose, (width, M)) rounded to
+    bf16 bits; out is C's bits, (M, N), or (N, M) when `column_major`."""
+    width, rows = block.shape
+    if column_major:
+        for j in prange(width):
+            for i in range(rows):
+                out[start + j, i] = _round(block[j, i])
+    else:
+        for i in prange(rows):
+            for j in range(width):
+                out[i, start + j] = _round(block[j, i])
+
+
+def gemm(op, A, B, C):
+    """bf16 GEMMs: the weight widened a panel of columns at a time by every
+    core, each panel's product by BLAS sgemm, float32 kept or rounded once.
+    The bits are the same run to run and for any BLAS thread count from 2
+    up; OpenBLAS on a single thread sums in another order (its last float32
+    bits differ). int8 GEMMs run the reference."""
+    if op.dtype_in != bf16:
+        C[...] = op.reference(A, B)
+        return
+    a = np.empty(A.shape, np.float32)
+    _widen_rows(_bits16(A), a)
+    columns = _bits16(B) if op.b_col_maj else _bits16(B).T  # (N, K) either way
+    step = min(op.N, max(1, GEMM_PANEL_BYTES // (4 * op.K)))
+    panel = np.empty((step, op.K), np.float32)
+    for start in range(0, op.N, step):
+        width = min(step, op.N - start)
+        # contiguous arrays only: one compiled specialisation per kernel
+        _widen_rows(np.ascontiguousarray(columns[start : start + width]), panel[:width])
+        # C's columns as rows: sgemm runs a wide panel times few rows 2.5 to 4x
+        # faster than few rows times a panel (measured at 128 x 2048 x 2048)
+        block = np.matmul(panel[:width], a.T)
+        if op.dtype_out == bf16:
+            _round_into(block, _bits16(C), start, op.c_col_maj)
+        elif op.c_col_maj:
+            C[start : start + width] = block
+        else:
+            C[:, start : start + width] = block.T
+
+
+# ---- decode attention -----------------------------------------------------------
+
+
+@njit(parallel=True, fastmath=_FAST, cache=True)
+def _gqa_scores(q, keys, scores, valid, scale):
+    """scores[h, p] = q[h] . keys[p, h // group] * scale for p < valid, 0
+    after; one task per KV group (its cache rows read once)."""
+    heads, depth = q.shape
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    for g in prange(kv_heads):
+        qf = np.empty((group, depth), np.float32)
+        for j in range(group):
+            for d in range(depth):
+                qf[j, d] = _widen(q[g * group + j, d])
+        for p in range(valid):
+            key = keys[p, g]
+            for j in range(group):
+                acc = np.float32(0)
+                for d in range(depth):
+                    acc += qf[j, d] * _widen(key[d])
+                scores[g * group + j, p] = _round(acc * scale)
+        for j in range(group):
+            for p in range(valid, scores.shape[1]):
+                scores[g * group + j, p] = 0
+
+
+def gqa_scores(op, q, keys, scores, *, valid):
+    n = op.positions(valid)
+    _gqa_scores(_bits16(q), _bits16(keys), _bits16(scores), n, op.scale)
+
+
+@njit(parallel=True, fastmath=_FAST, cache=True)
+def _gqa_context(weights, values, context, valid):
+    """context[h] = sum over p < valid of weights[h, p] values[p, h // group];
+    one task per KV group."""
+    heads, depth = context.shape
+    kv_heads = values.shape[1]
+    group = heads // kv_heads
+    for g in prange(kv_heads):
+        acc = np.zeros((group, depth), np.float32)
+        for p in range(valid):
+            value = values[p, g]
+            for j in range(group):
+                w = _widen(weights[g * group + j, p])
+                for d in range(depth):
+                    acc[j, d] += w * _widen(value[d])
+        for j in range(group):
+            for d in range(depth):
+                context[g * group + j, d] = _round(acc[j, d])
+
+
+def gqa_context(op, weights, values, context, *, valid):
+    n = op.positions(valid)
+    _gqa_context(_bits16(weights), _bits16(values), _bits16(context), n)
+
+
+@njit(parallel=True, fastmath=_FAST, cache=True)
+def _mha(q, k, v, o, n, scale, causal):
+    """Causal (or full) attention of the first n rows, sequence-first
+    (rows, heads, d) bf16 bits; rows n.. of o are 0. One task per query
+    head; softmax with max subtraction, its sum applied once per output."""
+    rows, heads, depth = q.shape
+    group = heads // k.shape[1]
+    for h in prange(heads):
+        g = h // group
+        scores = np.empty(n, np.float32)
+        query = np.empty(depth, np.float32)
+        acc = np.empty(depth, np.float32)
+        for i in range(n):
+            for d in range(depth):
+                query[d] = _widen(q[i, h, d])
+            seen = i + 1 if causal else n
+            top = -np.inf
+            for j in range(seen):
+                dot = np.float32(0)
+                for d in range(depth):
+                    dot += query[d] * _widen(k[j, g, d])
+                scores[j] = dot * scale
+                top = max(top, scores[j])
+            total = np.float32(0)
+            for j in range(seen):
+                scores[j] = np.exp(scores[j] - top)
+                total += scores[j]
+            acc[:] = 0
+            for j in range(seen):
+                for d in range(depth):
+                    acc[d] += scores[j] * _widen(v[j, g, d])
+            for d in range(depth):
+                o[i, h, d] = _round(acc[d] / total)
+        for i in range(n, rows):
+            for d in range(depth):
+                o[i, h, d] = 0
+
+
+def mha(op, Q, K, V, O):  # noqa: E741 (the spec names)
+    def sequence_first(x):  # contiguous either way: one compiled specialisation
+        bits = _bits16(x)
+        return bits if op.heads_interleaved else np.ascontiguousarray(bits.transpose(1, 0, 2))
+
+    out = _bits16(O) if op.heads_interleaved else np.empty(sequence_first(O).shape, np.uint16)
+    scale = np.float32(1 / np.sqrt(op.head_dim))
+    _mha(sequence_first(Q), sequence_first(K), sequence_first(V), out, op.seq_len, scale,
+         op.causal)  # fmt: skip
+    if not op.heads_interleaved:
+        _bits16(O)[...] = out.transpose(1, 0, 2)
+
+
+# ---- housekeeping -----------------------------------------------------------------
+
+
+def _bits16(array: np.ndarray) -> np.ndarray:
+    """A bf16 array's bits, as numba can take them (it knows no bf16)."""
+    return array.view(np.uint16)
+
+
+def warm_up() -> dict:
+    """Compile (or load from the on-disk cache) every kernel on tiny inputs.
+    Returns the seconds it took, how many kernels had to be compiled (0:
+    all came from the cache), the cache directory and the thread count."""
+    started = time.perf_counter()
+    a = np.zeros((1, 2, 32), np.uint16)
+    x = np.zeros((1, 32), np.uint16)
+    _gemv(a, x, np.zeros((1, 2), np.uint16))
+    _widen_rows(a[0], np.zeros((2, 32), np.float32))
+    _round_into(np.zeros((2, 2), np.float32), np.zeros((2, 2), np.uint16), 0, False)
+    cache = np.zeros((2, 1, 32), np.uint16)
+    _gqa_scores(np.zeros((2, 32), np.uint16), cache, np.zeros((2, 2), np.uint16), 1,
+                np.float32(1))  # fmt: skip
+    _gqa_context(np.zeros((2, 2), np.uint16), cache, np.zeros((2, 32), np.uint16), 1)
+    rows = np.zeros((2, 2, 32), np.uint16)
+    _mha(rows, rows[:, :1].copy(), rows[:, :1].copy(), np.zeros((2, 2, 32), np.uint16), 1,
+         np.float32(1), True)  # fmt: skip
+    kernels = (_gemv, _widen_rows, _round_into, _gqa_scores, _gqa_context, _mha)
+    return {
+        "seconds": time.perf_counter() - started,
+        "compiled": sum(bool(k.stats.cache_misses) for k in kernels),
+        "cache_dir": _gemv.stats.cache_path,
+        "threads": numba.get_num_threads(),
+    }
