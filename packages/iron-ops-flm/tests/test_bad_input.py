@@ -45,7 +45,8 @@ def every_count(units, k_iters, pool_slots, device, resident=True):
         return Slab(first, n, False, b_slots, 1, passes, passes)
 
     def fits(slab):
-        return max(slab.fill_passes, slab.drain_passes) <= most
+        passes = max(slab.fill_passes, slab.drain_passes)
+        return passes <= most and slab.units <= device.shim_max_iterations
 
     if pool_slots < 1 or not fits(make(0, 1)):
         return None

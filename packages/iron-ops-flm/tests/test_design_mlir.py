@@ -3,15 +3,12 @@ mlir-aie's dialect (aie.buffer, aie.lock, aie.flow, aie.shim_dma_allocation,
 aiex.set_lock, aiex.dma_configure_task with aie.use_lock and repeat_count),
 each shown to fail on a changed lock value or repeat count."""
 
-import contextlib
-import io
-
 import attrs
 import pytest
-from filecheck.main import main as filecheck_main
 
 from iron.core import Device
 from iron.design import PoolTask, SetLock, design_of, to_mlir
+from iron.design.testing import filecheck as run_filecheck
 from iron.ops.flm import FLMGemm
 
 V = "[a-z0-9_.]+"  # an SSA name, without its %
@@ -57,16 +54,7 @@ CHECK:      aiex.dma_free_task(%[[DRAIN]])
 
 
 def filecheck(text: str, checks: str, tmp_path) -> int:
-    check_file, input_file = tmp_path / "checks.txt", tmp_path / "input.mlir"
-    check_file.write_text(checks)
-    input_file.write_text(text)
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        try:
-            filecheck_main(["filecheck", str(check_file), "--input-file", str(input_file)])
-        except SystemExit as done:
-            return done.code or 0
-    return 0
+    return run_filecheck(text, checks, tmp_path)[0]
 
 
 def _design(M: int = 512):

@@ -146,9 +146,11 @@ def plan_slabs(
     if not fits(make(0, 1)):
         return None
     # no slab may exceed `cap` units (a lock's count when resident, the passes
-    # a column block can queue when streamed), so fewer than units / cap slabs
-    # never fit: start there, or a large M would try every count below it
+    # a column block can queue when streamed, the shim's iterations), so fewer
+    # than units / cap slabs never fit: start there, or a large M would try
+    # every count below it
     cap = device.max_lock_value if keep_resident else most_passes * pool_slots // k_iters
+    cap = min(cap, most_units)
     for n_slabs in range(max(1, -(-units // max(1, cap))), units + 1):
         size, extra = divmod(units, n_slabs)
         sizes = [size + (i < extra) for i in range(n_slabs)]
