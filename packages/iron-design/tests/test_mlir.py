@@ -3,12 +3,8 @@ syntax (the op descriptions in AIEOps.td / AIEX.td and the dialect's own
 FileCheck tests at the pin), never from our output. Each pattern set is
 shown to fail on a design or a text that differs where it matters."""
 
-import contextlib
-import io
-
 import attrs
 import pytest
-from filecheck.main import main as filecheck_main
 
 from iron.core import Device
 from iron.core.spec import IN, OUT
@@ -52,23 +48,9 @@ from iron.design.model import (
     shipped,
 )
 from iron.design.place import place
+from iron.design.testing import filecheck
 
 V = "[a-z0-9_.]+"  # an SSA name, captured without its %
-
-
-def filecheck(text: str, checks: str, tmp_path) -> tuple[int, str]:
-    """Run the filecheck command (its console entry point, in process: a
-    subprocess per check would dominate the run time); (exit code, output)."""
-    check_file, input_file = tmp_path / "checks.txt", tmp_path / "input.mlir"
-    check_file.write_text(checks)
-    input_file.write_text(text)
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        try:
-            filecheck_main(["filecheck", str(check_file), "--input-file", str(input_file)])
-        except SystemExit as done:
-            return done.code or 0, output.getvalue()
-    return 0, output.getvalue()
 
 
 def assert_matches(text: str, checks: str, tmp_path) -> None:

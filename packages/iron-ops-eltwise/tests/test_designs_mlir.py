@@ -3,15 +3,12 @@ mlir-aie's dialect syntax (aie.objectfifo, aie.core, func.call,
 aiex.dma_configure_task_for with aie.dma_bd), each set shown to fail on a
 design that differs where it matters."""
 
-import contextlib
-import io
-
 import attrs
 import pytest
-from filecheck.main import main as filecheck_main
 
 from iron.core import Device, OperatorError, registry
 from iron.design import Fill, design_of, to_mlir
+from iron.design.testing import filecheck as run_filecheck
 from iron.ops.eltwise import AXPY, ElementwiseAdd
 
 V = "[a-z0-9_.]+"  # an SSA name, without its %
@@ -65,16 +62,7 @@ CHECK: func.call @iron_add_bf16(%{{{{{V}}}}}, %{{{{{V}}}}}, %{{{{{V}}}}}, %[[N]]
 
 
 def filecheck(text: str, checks: str, tmp_path) -> int:
-    check_file, input_file = tmp_path / "checks.txt", tmp_path / "input.mlir"
-    check_file.write_text(checks)
-    input_file.write_text(text)
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        try:
-            filecheck_main(["filecheck", str(check_file), "--input-file", str(input_file)])
-        except SystemExit as done:
-            return done.code or 0
-    return 0
+    return run_filecheck(text, checks, tmp_path)[0]
 
 
 @pytest.fixture

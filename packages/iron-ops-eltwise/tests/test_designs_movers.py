@@ -2,16 +2,13 @@
 declared case fits npu1 and npu2, and the simulator running the design moves
 random bit patterns exactly where the operator's reference puts them."""
 
-import contextlib
-import io
-
 import attrs
 import numpy as np
 import pytest
-from filecheck.main import main as filecheck_main
 
 from iron.core import Device
 from iron.design import TAP, Drain, Fill, TransferError, check, design_of, simulate, to_mlir
+from iron.design.testing import filecheck
 from iron.ops.eltwise import MemCopy, Repeat, StridedCopy, Transpose
 
 MOVERS = (MemCopy, StridedCopy, Repeat, Transpose)
@@ -179,26 +176,6 @@ CHECK-NEXT: aie.dma_bd(%[[Y]] : memref<32x64xbf16> offset = 0 len = 512 sizes = 
 CHECK:      } {issue_token = true, repeat_count = 3 : i32}
 CHECK:      aiex.dma_await_task(%[[DRAIN]])
 """
-
-
-def filecheck(text: str, checks: str, tmp_path) -> tuple[int, str]:
-    """(exit code, output) of FileCheck on `text`, in process."""
-    (tmp_path / "checks.txt").write_text(checks)
-    (tmp_path / "input.mlir").write_text(text)
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        try:
-            filecheck_main(
-                [
-                    "filecheck",
-                    str(tmp_path / "checks.txt"),
-                    "--input-file",
-                    str(tmp_path / "input.mlir"),
-                ]
-            )
-        except SystemExit as done:
-            return done.code or 0, output.getvalue()
-    return 0, output.getvalue()
 
 
 def test_repeat_mlir_is_a_memtile_forward_with_the_fill_and_drain_patterns(tmp_path):

@@ -5,12 +5,10 @@ reference and of an independent float64 formula; the weight and the angle
 table are read from DDR the way the operators promise."""
 
 import contextlib
-import io
 
 import attrs
 import numpy as np
 import pytest
-from filecheck.main import main as filecheck_main
 
 from iron.core import Device, OperatorError, bf16, compare
 from iron.design import (
@@ -25,6 +23,7 @@ from iron.design import (
     simulate,
     to_mlir,
 )
+from iron.design.testing import filecheck
 from iron.ops.eltwise import LayerNorm, RMSNorm, RoPE, Softmax, angle_table
 from iron.ops.eltwise.rows import softmax_model
 
@@ -353,26 +352,6 @@ CHECK:      aiex.dma_configure_task_for @y1 {
 CHECK-NEXT: aie.dma_bd(%[[YT]] : memref<2x2048xbf16> offset = 2048 len = 2048
 CHECK:      } {issue_token = true}
 """
-
-
-def filecheck(text: str, checks: str, tmp_path) -> tuple[int, str]:
-    """(exit code, output) of FileCheck on `text`, in process."""
-    (tmp_path / "checks.txt").write_text(checks)
-    (tmp_path / "input.mlir").write_text(text)
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        try:
-            filecheck_main(
-                [
-                    "filecheck",
-                    str(tmp_path / "checks.txt"),
-                    "--input-file",
-                    str(tmp_path / "input.mlir"),
-                ]
-            )
-        except SystemExit as done:
-            return done.code or 0, output.getvalue()
-    return 0, output.getvalue()
 
 
 WEIGHTED = RMSNorm(size=4096, tile_size=2048, weighted=True, num_aie_columns=2)
