@@ -6,6 +6,7 @@ import pytest
 
 import iron.alloc.greedy as greedy_module
 from iron.alloc import (
+    DEFAULT_GAP,
     Allocation,
     LiveRange,
     check,
@@ -163,7 +164,7 @@ def test_a_budget_the_search_does_not_use_up_gives_the_plan_of_best():
     assert best.size < greedy.size  # this instance tells the two apart
     assert best.placements > 2 * len(ranges)  # several passes, so budgets below can cut it
     for budget in (best.placements, best.placements + 1, 10 * best.placements, None):
-        assert place(ranges, sizes, alignment=1, budget=budget) == best
+        assert place(ranges, sizes, alignment=1, budget=budget, gap=0) == best
 
 
 def test_a_budget_buys_whole_passes_and_never_a_worse_plan():
@@ -190,6 +191,40 @@ def test_the_search_stops_at_the_lower_bound():
     plan = place(ranges, sizes, strategy="best")
     assert plan.size == peak_live_bytes(ranges, sizes)
     assert plan.placements == len(ranges)  # plain greedy reached it: nothing else ran
+
+
+def test_the_search_stops_when_fixed_allocations_leave_nothing_to_win():
+    """A graph's weights are fixed at the bottom of its arena: once the
+    buffers sit at their peak right above them, no order can do better."""
+    steps, sizes = steps_chain(8, 1024)
+    ranges = live_ranges(steps)
+    weights = [Allocation(f"w{i}", i * 4096, 4096) for i in range(4)]
+    plan = place(ranges, sizes, fixed=weights, strategy="best")
+    assert plan.size == 4 * 4096 + peak_live_bytes(ranges, sizes)
+    assert plan.placements == len(ranges)
+
+
+def test_the_default_stops_within_its_gap_of_the_floor():
+    """Weights fixed with a small hole that no order can use: best searches
+    on, the default takes plain greedy's plan, 0.01% above the floor."""
+    steps, sizes = steps_chain(8, 1 << 20)
+    ranges = live_ranges(steps)
+    weights = [Allocation("w0", 0, 1 << 30), Allocation("w1", (1 << 30) + 4096, 1 << 30)]
+    default = place(ranges, sizes, fixed=weights)
+    best = place(ranges, sizes, fixed=weights, strategy="best")
+    assert default.placements == len(ranges) < best.placements
+    floor = (2 << 30) + peak_live_bytes(ranges, sizes)
+    assert floor < default.size <= floor * (1 + DEFAULT_GAP)
+
+
+def test_no_plan_beats_the_fixed_bytes_plus_the_peak():
+    rng = random.Random(3)
+    for _ in range(20):
+        ranges, sizes = random_instance(rng, 40, 30, 5000)
+        weights = [Allocation("a", 0, 3000), Allocation("b", 5000, 1000), Allocation("c", 9000, 10)]
+        plan = place(ranges, sizes, alignment=1, fixed=weights, strategy="best")
+        check(plan, ranges, sizes)
+        assert plan.size >= max(9010, 4010 + peak_live_bytes(ranges, sizes))
 
 
 @pytest.mark.slow
@@ -224,6 +259,8 @@ def test_plans_do_not_depend_on_mapping_order():
         ({"fixed": [Allocation("a", 0, 8)]}, ValueError, "fixed allocation 'a' is also in ranges"),
         ({"fixed": [("w", 0, 8)]}, TypeError, "fixed entries must be Allocation"),
         ({"budget": -1}, ValueError, r"budget must be >= 0 \(buffer placements\) or None, got -1"),
+        ({"gap": -0.1}, ValueError, r"gap must be a finite share >= 0, got -0.1"),
+        ({"gap": float("nan")}, ValueError, r"gap must be a finite share >= 0, got nan"),
         ({"budget": 2.0}, TypeError, "budget must be an int, got float"),
         ({"budget": True}, TypeError, "budget must be an int, got bool"),
     ],

@@ -9,11 +9,12 @@ Depends on numpy only; `render_png` needs the `plot` extra (matplotlib).
 from .arena import ArenaPlan
 from .check import OverlapError, check
 from .liveness import LiveRange, live_ranges, peak_live_bytes, touch_ranges
-from .planner import DEFAULT_BUDGET, Allocation, Plan, align_up, place
+from .planner import DEFAULT_BUDGET, DEFAULT_GAP, Allocation, Plan, align_up, place
 from .render import render_png, render_text
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "DEFAULT_GAP",
     "Allocation",
     "ArenaPlan",
     "LiveRange",

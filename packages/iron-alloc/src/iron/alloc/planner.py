@@ -16,10 +16,11 @@ best greedy orders and trying jittered orders, and keeps the smallest arena.
 The search is anytime: candidates come cheapest and likeliest first (see
 `_Search._candidates`), and it stops when the next pass would overrun its
 budget, counted in buffer placements rather than seconds so that the same
-input and budget always give the same plan, or when an arena reaches the
-lower bound. Plain greedy is its first candidate and always runs, and a
-later one must be strictly smaller to replace it, so the search is never
-worse than "greedy".
+input and budget always give the same plan, or when an arena is within
+`gap` (0.1% by default) of the lower bound (beside any fixed allocations).
+Plain greedy is its first candidate and always runs, and a later one must
+be strictly smaller to replace it, so the search is never worse than
+"greedy".
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ from .skyline import skyline_offsets
 STRATEGIES = ("auto", "greedy", "best")
 DEFAULT_BUDGET = 120_000
 """Buffer placements `strategy="auto"` may make; a pass places every buffer once."""
+DEFAULT_GAP = 0.001
+"""`strategy="auto"` stops once an arena is within this share above the
+smallest any arena can be: the last per mille costs the most passes and
+saves the fewest bytes (a graph's weights, fixed in its arena, leave
+nothing else to win)."""
 ORDERS = ("size", "peak", "lifetime", "conflict", "begin", "end", "area")
 """The greedy orders of the search, in the order it tries them."""
 BEST_FULL_LIMIT = 5000
@@ -105,6 +111,7 @@ def place(
     fixed: Iterable[Allocation] = (),
     strategy: str = "auto",
     budget: int | None = DEFAULT_BUDGET,
+    gap: float = DEFAULT_GAP,
 ) -> Plan:
     """Give every buffer in `ranges` an offset so that no two buffers sharing
     a step share a byte, in an arena as small as the strategy finds.
@@ -119,15 +126,20 @@ def place(
     (default) runs the search described in this module for at most `budget`
     buffer placements (int >= 0, or None for no limit; a pass places every
     buffer once and the first pass, plain greedy, always runs) and keeps the
-    smallest arena, never larger than "greedy"'s; "best" is "auto" without a
-    limit. Every strategy is deterministic: the same input and budget give
-    the same offsets, and any budget the search does not use up gives the
-    plan of "best". `plan.placements` is what the strategy spent.
+    smallest arena, never larger than "greedy"'s, stopping early once an
+    arena is at most `gap` (a share >= 0) above the smallest any arena can
+    be (the fixed allocations' bytes plus the most bytes live at one step);
+    "best" is "auto" with neither a limit nor a gap. Every strategy is
+    deterministic: the same input, budget and gap give the same offsets, and
+    with gap 0 any budget the search does not use up gives the plan of
+    "best". `plan.placements` is what the strategy spent.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"place: strategy must be one of {STRATEGIES}, got {strategy!r}")
     if budget is not None and _index("place", "budget", budget) < 0:
         raise ValueError(f"place: budget must be >= 0 (buffer placements) or None, got {budget}")
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap < float("inf"):
+        raise ValueError(f"place: gap must be a finite share >= 0, got {gap!r}")
     alignment = _index("place", "alignment", alignment)
     if alignment < 1:
         raise ValueError(f"place: alignment must be >= 1, got {alignment}")
@@ -169,9 +181,11 @@ def place(
     fixed_end = np.array([f.end for f in fixed if f.size > 0], np.int64)
     fixed_top = max((f.end for f in fixed), default=0)
 
+    auto = strategy == "auto"
     search = _Search(
-        begin, end, size, alignment, fixed_offset, fixed_end, budget if strategy == "auto" else None
-    )
+        begin, end, size, alignment, fixed_offset, fixed_end,
+        budget if auto else None, gap if auto else 0.0,
+    )  # fmt: skip
     if strategy == "greedy":
         search.run("size", search.order("size"), best_fit=True)
     else:
@@ -202,23 +216,37 @@ class _Search:
     Each pass (greedy, compaction or skyline) places every non-empty buffer
     once and is charged that many placements. The first pass always runs; a
     later one ends the search instead when it would overrun `budget` (None: no
-    limit) or when the smallest arena already equals the lower bound.
+    limit) or when the smallest arena is already within `gap` of the
+    smallest any can be (`_floor`: the lower bound, beside any fixed
+    allocations).
     """
 
-    def __init__(self, begin, end, size, alignment, fixed_offset, fixed_end, budget=None):
+    def __init__(self, begin, end, size, alignment, fixed_offset, fixed_end, budget=None, gap=0.0):
         self.begin, self.end, self.size = begin, end, size
         self.alignment = alignment
         self.fixed = (fixed_offset, fixed_end)
         self.name_rank = np.arange(len(size))  # names are sorted, so index = name order
         self.nonempty = size > 0
         self.n = int(self.nonempty.sum())
-        self.budget = budget
+        self.budget, self.gap = budget, gap
         self.placements = 0
         self.best_offsets = np.zeros(len(size), np.int64)
         self.best_top = None
         self.best_label = "size/best-fit"
         self._orders: dict[str, np.ndarray] = {}
         self._conflicts = None
+
+    @cached_property
+    def _floor(self) -> int:
+        """No arena is smaller: the fixed allocations are live at every step,
+        so the bytes they cover plus the most bytes live at one step, and
+        never below the fixed allocations' top."""
+        fixed_offset, fixed_end = self.fixed
+        covered, reach = 0, 0
+        for offset, end in sorted(zip(fixed_offset.tolist(), fixed_end.tolist())):
+            covered += max(0, end - max(offset, reach))
+            reach = max(reach, end)
+        return max(reach, covered + self._peak[0])
 
     @cached_property
     def _peak(self) -> tuple[int, int]:
@@ -273,7 +301,7 @@ class _Search:
     def _charge(self) -> None:
         if self.best_top is not None and (
             (self.budget is not None and self.placements + self.n > self.budget)
-            or self.best_top <= self._peak[0]
+            or self.best_top <= self._floor * (1 + self.gap)
         ):
             raise _SearchOver
         self.placements += self.n
