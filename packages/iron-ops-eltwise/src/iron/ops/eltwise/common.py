@@ -256,7 +256,26 @@ class Unary(Elementwise):
 @attrs.frozen
 class Activation(Unary):
     """A unary operator whose core runs one of mlir-aie's runtime-sized
-    activation kernels: its lines are whole iterations of the kernel's loop."""
+    activation kernels: its lines are whole iterations of the kernel's loop.
+    A subclass names its kernel in `kernel_name` ("gelu", "silu"...)."""
+
+    kernel_name = ""
+
+    @classmethod
+    def design(cls, size, tile_size, num_aie_columns, num_channels, device):
+        from iron.ops.eltwise.line_kernels import activation_kernel  # loads iron.design
+        from iron.ops.eltwise.streaming import elementwise_design
+
+        return elementwise_design(
+            cls.kernel_name,
+            device,
+            "x y",
+            size=size,
+            tile=tile_size,
+            columns=num_aie_columns,
+            channels=num_channels,
+            kernel=activation_kernel(cls.kernel_name, tile_size, device.arch),
+        )
 
     def validate(self) -> None:
         super().validate()

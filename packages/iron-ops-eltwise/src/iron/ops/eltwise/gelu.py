@@ -24,6 +24,7 @@ class GELU(Activation):
     the negative tail where 1 + tanh cancels."""
 
     cases = ELEMENTWISE_CASES
+    kernel_name = "gelu"
 
     def reference(self, x):
         x = x.astype(np.float32)
@@ -32,19 +33,3 @@ class GELU(Activation):
 
     def tolerance(self, device=None, *, inputs=None):
         return approximated(device or self.device, KERNEL_ATOL)
-
-    @staticmethod
-    def design(size, tile_size, num_aie_columns, num_channels, device):
-        from iron.ops.eltwise.line_kernels import activation_kernel
-        from iron.ops.eltwise.streaming import elementwise_design
-
-        return elementwise_design(
-            "gelu",
-            device,
-            "x y",
-            size=size,
-            tile=tile_size,
-            columns=num_aie_columns,
-            channels=num_channels,
-            kernel=activation_kernel("gelu", tile_size, device.arch),
-        )

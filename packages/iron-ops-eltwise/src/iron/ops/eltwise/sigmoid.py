@@ -19,25 +19,10 @@ class Sigmoid(Activation):
     overflows and both tails keep their precision."""
 
     cases = ELEMENTWISE_CASES
+    kernel_name = "sigmoid"
 
     def reference(self, x):
         return sigmoid(x.astype(np.float32)).astype(bf16)
 
     def tolerance(self, device=None, *, inputs=None):
         return approximated(device or self.device, KERNEL_ATOL)
-
-    @staticmethod
-    def design(size, tile_size, num_aie_columns, num_channels, device):
-        from iron.ops.eltwise.line_kernels import activation_kernel
-        from iron.ops.eltwise.streaming import elementwise_design
-
-        return elementwise_design(
-            "sigmoid",
-            device,
-            "x y",
-            size=size,
-            tile=tile_size,
-            columns=num_aie_columns,
-            channels=num_channels,
-            kernel=activation_kernel("sigmoid", tile_size, device.arch),
-        )

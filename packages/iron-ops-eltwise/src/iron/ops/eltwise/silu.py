@@ -19,6 +19,7 @@ class SiLU(Activation):
     nothing overflows and the negative tail keeps its precision."""
 
     cases = ELEMENTWISE_CASES
+    kernel_name = "silu"
 
     def reference(self, x):
         x = x.astype(np.float32)
@@ -26,19 +27,3 @@ class SiLU(Activation):
 
     def tolerance(self, device=None, *, inputs=None):
         return approximated(device or self.device, KERNEL_ATOL)
-
-    @staticmethod
-    def design(size, tile_size, num_aie_columns, num_channels, device):
-        from iron.ops.eltwise.line_kernels import activation_kernel
-        from iron.ops.eltwise.streaming import elementwise_design
-
-        return elementwise_design(
-            "silu",
-            device,
-            "x y",
-            size=size,
-            tile=tile_size,
-            columns=num_aie_columns,
-            channels=num_channels,
-            kernel=activation_kernel("silu", tile_size, device.arch),
-        )

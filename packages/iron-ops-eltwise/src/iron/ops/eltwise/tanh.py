@@ -12,25 +12,10 @@ class Tanh(Activation):
     """y = tanh(x)."""
 
     cases = ELEMENTWISE_CASES
+    kernel_name = "tanh"
 
     def reference(self, x):
         return np.tanh(x.astype(np.float32)).astype(bf16)
 
     def tolerance(self, device=None, *, inputs=None):
         return approximated(device or self.device)
-
-    @staticmethod
-    def design(size, tile_size, num_aie_columns, num_channels, device):
-        from iron.ops.eltwise.line_kernels import activation_kernel
-        from iron.ops.eltwise.streaming import elementwise_design
-
-        return elementwise_design(
-            "tanh",
-            device,
-            "x y",
-            size=size,
-            tile=tile_size,
-            columns=num_aie_columns,
-            channels=num_channels,
-            kernel=activation_kernel("tanh", tile_size, device.arch),
-        )
