@@ -75,6 +75,32 @@ def test_gemv_matches_its_reference_and_is_deterministic(batches):
     assert len(bits_for_every_thread_count(host.gemv, op, inputs)) == 1
 
 
+def test_gemv_steps_share_launches_and_give_each_gemv_its_own_bits():
+    """Four GEMVs on one x (two launches: three, then one), one on another
+    x and a batched one: each output the bits `gemv` gives it alone, for
+    every thread count."""
+    rng = np.random.default_rng(2)
+    x, other = normal(rng, 96), normal(rng, 64)
+    ops = [GEMV(M=m, K=96) for m in (200, 40, 40, 7)] + [GEMV(M=33, K=64)]
+    ops.append(GEMV(M=16, K=96, num_batches=2))
+    inputs = [[normal(rng, (op.M, op.K), 0.05), x] for op in ops[:4]]
+    inputs += [[normal(rng, (33, 64), 0.05), other]]
+    inputs += [[normal(rng, (2, 16, 96), 0.05), normal(rng, (2, 96))]]
+    alone = [run(host.gemv, op, i)[0].tobytes() for op, i in zip(ops, inputs)]
+
+    def together():
+        outputs = [np.full(op.arg_specs()[2].shape, np.nan, bf16) for op in ops]
+        host.gemv_steps(ops, [(*i, y) for i, y in zip(inputs, outputs)])
+        return [y.tobytes() for y in outputs]
+
+    try:
+        for threads in THREADS:
+            numba.set_num_threads(threads)
+            assert together() == alone
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
 @pytest.mark.parametrize(
     "params",
     [
@@ -188,6 +214,7 @@ def test_operators_name_their_host_kernels_and_warm_up_reports_the_jit():
     for op_class in (GEMV, GEMM, GQAScores, GQAContext, MHA):
         module, _, name = op_class.host.partition(":")
         assert module == "iron.ops.gemm.host" and callable(getattr(host, name))
+    assert GEMV.host_steps == "iron.ops.gemm.host:gemv_steps"
     report = warm_up()
     assert report["threads"] == numba.get_num_threads() and report["seconds"] >= 0
     assert report["cache_dir"]

@@ -12,7 +12,10 @@ Numerics are the references': bf16 in, float32 inside, one rounding to bf16
 (to nearest even) per output. A weight is read as bf16, two bytes per
 element, and widened in registers (a bf16's bits are a float32's top half),
 so a decode step streams each weight once at two bytes per weight instead of
-upcasting it to a float32 copy first.
+upcasting it to a float32 copy first. GEMV also has a kernel for
+consecutive steps (`gemv_steps`, the operator's ``host_steps``): GEMVs
+reading one x, a layer's q, k and v or an MLP's gate and up, share one
+parallel launch, whose threads claim blocks of rows as they go.
 
 Every numba kernel splits its work over outputs only (rows of a GEMV, KV
 groups or query heads of attention): one output is reduced by one thread,
@@ -26,14 +29,7 @@ core).
 
 from __future__ import annotations
 
-import os
 import time
-
-# idle OpenMP workers sleep at once instead of spinning: on a shared host a
-# spinning worker is descheduled and each parallel launch then waits a
-# scheduler quantum for it (47 ms median per launch measured on a busy
-# 2-core host, 16 us passive). Read when numba first loads its OpenMP pool.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numba
 import numpy as np
@@ -42,6 +38,11 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from iron.core import bf16
+
+# the bf16 bit tricks are shared with the eltwise family's host kernels;
+# importing them there also sets numba's OpenMP wait policy before numba loads
+from iron.ops.eltwise.host import to_bf16 as _round
+from iron.ops.eltwise.host import widen as _widen
 
 #: reassociation lets the reduction vectorize; the order is still fixed by
 #: the compiled loop, never by the thread count. No contraction into FMAs,
@@ -52,36 +53,6 @@ _FAST = {"reassoc", "nsz", "arcp"}
 #: bounded packing buffer instead of a float32 copy of the weight, wide
 #: enough for sgemm to run near its speed (4 MiB panels ran 1.6x slower)
 GEMM_PANEL_BYTES = 16 << 20
-
-
-@intrinsic
-def _widen(typingctx, bits):
-    """bf16 bits (uint16) -> float32: shift into the top half, reinterpret."""
-
-    def codegen(context, builder, signature, args):
-        wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
-        return builder.bitcast(wide, ir.FloatType())
-
-    return types.float32(types.uint16), codegen
-
-
-@intrinsic
-def _bits(typingctx, value):
-    """float32 -> its uint32 bits."""
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.uint32(types.float32), codegen
-
-
-@njit(inline="always", cache=True)
-def _round(value):
-    """float32 -> bf16 bits, to nearest even; a NaN stays a (quiet) NaN."""
-    bits = _bits(np.float32(value))
-    if value != value:
-        return np.uint16((bits >> 16) | 0x40)
-    return np.uint16((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16)
 
 
 @njit(cache=True)
@@ -95,24 +66,88 @@ def _widen_vector(x):
 # ---- GEMV ---------------------------------------------------------------------
 
 
+#: weight bytes a thread claims at once: small enough that a thread the
+#: scheduler has taken away leaves little for the other to wait on, large
+#: enough that claims (one atomic add each) cost nothing beside the stream
+GEMV_BLOCK_BYTES = 256 << 10
+#: matrices one launch reads (GEMVs sharing x: a layer's q, k and v)
+GEMV_GROUP = 3
+
+
+@intrinsic
+def _claim(typingctx, counter):
+    """counter[0] += 1, atomically; returns the value before."""
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        one = ir.Constant(ir.IntType(64), 1)
+        return builder.atomic_rmw("add", array.data, one, "monotonic")
+
+    return types.int64(counter), codegen
+
+
 @njit(parallel=True, fastmath=_FAST, cache=True)
-def _gemv(a, x, y):
-    """y[b, i] = a[b, i, :] . x[b, :] for bf16 bits a (B, M, K), x (B, K)."""
-    batches, rows, depth = a.shape
-    for b in range(batches):
-        xf = _widen_vector(x[b])
-        for i in prange(rows):
-            row = a[b, i]
-            acc = np.float32(0)
-            for k in range(depth):
-                acc += _widen(row[k]) * xf[k]
-            y[b, i] = _round(acc)
+def _gemv_group(a0, a1, a2, x, y0, y1, y2, block, threads):
+    """y_j[i] = a_j[i, :] . x for three bf16-bit matrices sharing x (an
+    unused one has no rows), in one launch. Each thread claims blocks of
+    `block` rows until none is left, so a thread the scheduler holds back
+    costs a block, not half the work (a static split waits for the slower
+    half). A row is reduced by one thread in the compiled loop's order, so
+    the bits do not depend on who claims it."""
+    depth = x.shape[0]
+    xf = _widen_vector(x)
+    first = (a0.shape[0] + block - 1) // block
+    second = first + (a1.shape[0] + block - 1) // block
+    blocks = second + (a2.shape[0] + block - 1) // block
+    counter = np.zeros(1, np.int64)
+    for _ in prange(threads):  # one claimer a thread
+        b = _claim(counter)
+        while b < blocks:
+            if b < first:
+                a, y, start = a0, y0, b * block
+            elif b < second:
+                a, y, start = a1, y1, (b - first) * block
+            else:
+                a, y, start = a2, y2, (b - second) * block
+            for i in range(start, min(a.shape[0], start + block)):
+                row = a[i]
+                acc = np.float32(0)
+                for k in range(depth):
+                    acc += _widen(row[k]) * xf[k]
+                y[i] = _round(acc)
+            b = _claim(counter)
+
+
+def _gemv_launch(pairs, x) -> None:
+    """Up to GEMV_GROUP (a, y) bit pairs sharing x, as one launch."""
+    depth = x.shape[0]
+    empty = (np.empty((0, depth), np.uint16), np.empty(0, np.uint16))
+    (a0, y0), (a1, y1), (a2, y2) = [*pairs, *[empty] * (GEMV_GROUP - len(pairs))]
+    block = max(1, GEMV_BLOCK_BYTES // (2 * depth))
+    _gemv_group(a0, a1, a2, x, y0, y1, y2, block, numba.get_num_threads())
 
 
 def gemv(op, A, x, y):
-    depth = op.K
-    _gemv(_bits16(A).reshape(-1, op.M, depth), _bits16(x).reshape(-1, depth),
-          _bits16(y).reshape(-1, op.M))  # fmt: skip
+    a = _bits16(A).reshape(-1, op.M, op.K)
+    xs, ys = _bits16(x).reshape(-1, op.K), _bits16(y).reshape(-1, op.M)
+    for b in range(a.shape[0]):
+        _gemv_launch([(a[b], ys[b])], xs[b])
+
+
+def gemv_steps(ops, arrays) -> None:
+    """Consecutive GEMV steps at once (the cpu backend's `host_steps`):
+    those reading the same x, unbatched, share launches of up to
+    GEMV_GROUP matrices; any other runs alone."""
+    shared: dict[tuple, list] = {}
+    for op, (A, x, y) in zip(ops, arrays):
+        if op.num_batches != 1:
+            gemv(op, A, x, y)
+            continue
+        key = (x.__array_interface__["data"][0], x.shape)
+        shared.setdefault(key, [x, []])[1].append((_bits16(A), _bits16(y)))
+    for x, pairs in shared.values():
+        for at in range(0, len(pairs), GEMV_GROUP):
+            _gemv_launch(pairs[at : at + GEMV_GROUP], _bits16(x))
 
 
 # ---- GEMM ---------------------------------------------------------------------
@@ -292,8 +327,7 @@ def warm_up() -> dict:
     all came from the cache), the cache directory and the thread count."""
     started = time.perf_counter()
     a = np.zeros((1, 2, 32), np.uint16)
-    x = np.zeros((1, 32), np.uint16)
-    _gemv(a, x, np.zeros((1, 2), np.uint16))
+    _gemv_launch([(a[0], np.zeros(2, np.uint16))], np.zeros(32, np.uint16))
     _widen_rows(a[0], np.zeros((2, 32), np.float32))
     _round_into(np.zeros((2, 2), np.float32), np.zeros((2, 2), np.uint16), 0, False)
     cache = np.zeros((2, 1, 32), np.uint16)
@@ -303,10 +337,10 @@ def warm_up() -> dict:
     rows = np.zeros((2, 2, 32), np.uint16)
     _mha(rows, rows[:, :1].copy(), rows[:, :1].copy(), np.zeros((2, 2, 32), np.uint16), 1,
          np.float32(1), True)  # fmt: skip
-    kernels = (_gemv, _widen_rows, _round_into, _gqa_scores, _gqa_context, _mha)
+    kernels = (_gemv_group, _widen_rows, _round_into, _gqa_scores, _gqa_context, _mha)
     return {
         "seconds": time.perf_counter() - started,
         "compiled": sum(bool(k.stats.cache_misses) for k in kernels),
-        "cache_dir": _gemv.stats.cache_path,
+        "cache_dir": _gemv_group.stats.cache_path,
         "threads": numba.get_num_threads(),
     }
