@@ -156,7 +156,15 @@ def test_gemm_bits_do_not_depend_on_how_many_blas_threads_share_it():
     assert len(digests) == 1
 
 
-def test_gqa_scores_match_and_never_read_past_valid():
+#: decode attention on the calling thread alone (a short cache) or on every thread
+ATTENTION_PATHS = pytest.mark.parametrize(
+    "alone_bytes", [host.ATTENTION_ALONE_BYTES, 0], ids=["alone", "every-thread"]
+)
+
+
+@ATTENTION_PATHS
+def test_gqa_scores_match_and_never_read_past_valid(alone_bytes, monkeypatch):
+    monkeypatch.setattr(host, "ATTENTION_ALONE_BYTES", alone_bytes)
     rng = np.random.default_rng(4)
     op = GQAScores(8, 2, 32, 64)
     q, keys = normal(rng, (8, 32)), normal(rng, (64, 2, 32))
@@ -169,7 +177,9 @@ def test_gqa_scores_match_and_never_read_past_valid():
     assert len(bits_for_every_thread_count(host.gqa_scores, op, [q, keys], {"valid": 11})) == 1
 
 
-def test_gqa_context_matches_and_never_reads_past_valid():
+@ATTENTION_PATHS
+def test_gqa_context_matches_and_never_reads_past_valid(alone_bytes, monkeypatch):
+    monkeypatch.setattr(host, "ATTENTION_ALONE_BYTES", alone_bytes)
     rng = np.random.default_rng(5)
     op = GQAContext(8, 2, 32, 64)
     weights, values = normal(rng, (8, 64), 0.1), normal(rng, (64, 2, 32))
@@ -183,6 +193,24 @@ def test_gqa_context_matches_and_never_reads_past_valid():
     assert np.isfinite(context.astype(np.float32)).all()
     per_call = {"valid": 9}
     assert len(bits_for_every_thread_count(host.gqa_context, op, [weights, values], per_call)) == 1
+
+
+def test_decode_attention_runs_alone_on_a_short_cache_with_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(7)
+    scores_op, context_op = GQAScores(8, 2, 32, 64), GQAContext(8, 2, 32, 64)
+    q, cache, weights = normal(rng, (8, 32)), normal(rng, (64, 2, 32)), normal(rng, (8, 64), 0.1)
+    row_bytes = 2 * 32 * 2  # kv_heads x head_dim bf16
+    monkeypatch.setattr(host, "ATTENTION_ALONE_BYTES", 20 * row_bytes)
+    assert host._threads_for(scores_op, 20) == 1
+    assert host._threads_for(scores_op, 21) == numba.get_num_threads()
+    seen = set()
+    for valid in (20, 21):  # alone, then on every thread, over the same 20 rows
+        cut = cache.copy()
+        cut[20:] = 0
+        (scores,) = run(host.gqa_scores, scores_op, [q, cut], {"valid": valid})
+        (context,) = run(host.gqa_context, context_op, [weights, cut], {"valid": valid})
+        seen.add((scores[:, :20].tobytes(), context.tobytes()))
+    assert len(seen) == 1
 
 
 @pytest.mark.parametrize(

@@ -232,9 +232,36 @@ def _gqa_scores(q, keys, scores, valid, scale):
                 scores[g * group + j, p] = 0
 
 
+#: KV-cache bytes (a cache's valid rows) up to which decode attention runs
+#: on the calling thread alone: waking a second thread and waiting for it
+#: at the join costs more than it saves on a short cache
+ATTENTION_ALONE_BYTES = 1 << 20
+
+
+def _threads_for(op, n) -> int:
+    """The threads a decode attention step over n cache rows runs on."""
+    alone = n * op.kv_heads * op.head_dim * 2 <= ATTENTION_ALONE_BYTES
+    return 1 if alone else numba.get_num_threads()
+
+
+def _on_threads(threads, kernel, *args) -> None:
+    """kernel(*args) on `threads` threads (numba's count is per calling
+    thread); the result is the same bits on any count."""
+    before = numba.get_num_threads()
+    if threads == before:
+        kernel(*args)
+        return
+    numba.set_num_threads(threads)
+    try:
+        kernel(*args)
+    finally:
+        numba.set_num_threads(before)
+
+
 def gqa_scores(op, q, keys, scores, *, valid):
     n = op.positions(valid)
-    _gqa_scores(_bits16(q), _bits16(keys), _bits16(scores), n, op.scale)
+    args = (_bits16(q), _bits16(keys), _bits16(scores), n, op.scale)
+    _on_threads(_threads_for(op, n), _gqa_scores, *args)
 
 
 @njit(parallel=True, fastmath=_FAST, cache=True)
@@ -259,7 +286,8 @@ def _gqa_context(weights, values, context, valid):
 
 def gqa_context(op, weights, values, context, *, valid):
     n = op.positions(valid)
-    _gqa_context(_bits16(weights), _bits16(values), _bits16(context), n)
+    args = (_bits16(weights), _bits16(values), _bits16(context), n)
+    _on_threads(_threads_for(op, n), _gqa_context, *args)
 
 
 @njit(parallel=True, fastmath=_FAST, cache=True)
