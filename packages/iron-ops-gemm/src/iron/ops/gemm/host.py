@@ -15,7 +15,7 @@ so a decode step streams each weight once at two bytes per weight instead of
 upcasting it to a float32 copy first. GEMV also has a kernel for
 consecutive steps (`gemv_steps`, the operator's ``host_steps``): GEMVs
 reading one x, a layer's q, k and v or an MLP's gate and up, share one
-parallel launch, whose threads claim blocks of rows as they go.
+parallel launch.
 
 Every numba kernel splits its work over outputs only (rows of a GEMV, KV
 groups or query heads of attention): one output is reduced by one thread,
@@ -33,9 +33,7 @@ import time
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from iron.core import bf16
 
@@ -66,56 +64,32 @@ def _widen_vector(x):
 # ---- GEMV ---------------------------------------------------------------------
 
 
-#: weight bytes a thread claims at once: small enough that a thread the
-#: scheduler has taken away leaves little for the other to wait on, large
-#: enough that claims (one atomic add each) cost nothing beside the stream
-GEMV_BLOCK_BYTES = 256 << 10
 #: matrices one launch reads (GEMVs sharing x: a layer's q, k and v)
 GEMV_GROUP = 3
 
 
-@intrinsic
-def _claim(typingctx, counter):
-    """counter[0] += 1, atomically; returns the value before."""
-
-    def codegen(context, builder, signature, args):
-        array = context.make_array(signature.args[0])(context, builder, args[0])
-        one = ir.Constant(ir.IntType(64), 1)
-        return builder.atomic_rmw("add", array.data, one, "monotonic")
-
-    return types.int64(counter), codegen
-
-
 @njit(parallel=True, fastmath=_FAST, cache=True)
-def _gemv_group(a0, a1, a2, x, y0, y1, y2, block, threads):
+def _gemv_group(a0, a1, a2, x, y0, y1, y2):
     """y_j[i] = a_j[i, :] . x for three bf16-bit matrices sharing x (an
-    unused one has no rows), in one launch. Each thread claims blocks of
-    `block` rows until none is left, so a thread the scheduler holds back
-    costs a block, not half the work (a static split waits for the slower
-    half). A row is reduced by one thread in the compiled loop's order, so
-    the bits do not depend on who claims it."""
+    unused one has no rows), in one launch: their rows are one range split
+    over the threads. A row is reduced by one thread in the compiled loop's
+    order, so the bits do not depend on the thread count."""
     depth = x.shape[0]
     xf = _widen_vector(x)
-    first = (a0.shape[0] + block - 1) // block
-    second = first + (a1.shape[0] + block - 1) // block
-    blocks = second + (a2.shape[0] + block - 1) // block
-    counter = np.zeros(1, np.int64)
-    for _ in prange(threads):  # one claimer a thread
-        b = _claim(counter)
-        while b < blocks:
-            if b < first:
-                a, y, start = a0, y0, b * block
-            elif b < second:
-                a, y, start = a1, y1, (b - first) * block
-            else:
-                a, y, start = a2, y2, (b - second) * block
-            for i in range(start, min(a.shape[0], start + block)):
-                row = a[i]
-                acc = np.float32(0)
-                for k in range(depth):
-                    acc += _widen(row[k]) * xf[k]
-                y[i] = _round(acc)
-            b = _claim(counter)
+    first, second = a0.shape[0], a0.shape[0] + a1.shape[0]
+    for n in prange(second + a2.shape[0]):
+        i = np.int64(n)  # prange's index may be unsigned: i - first must stay an integer
+        if i < first:
+            a, y, r = a0, y0, i
+        elif i < second:
+            a, y, r = a1, y1, i - first
+        else:
+            a, y, r = a2, y2, i - second
+        row = a[r]
+        acc = np.float32(0)
+        for k in range(depth):
+            acc += _widen(row[k]) * xf[k]
+        y[r] = _round(acc)
 
 
 def _gemv_launch(pairs, x) -> None:
@@ -123,8 +97,7 @@ def _gemv_launch(pairs, x) -> None:
     depth = x.shape[0]
     empty = (np.empty((0, depth), np.uint16), np.empty(0, np.uint16))
     (a0, y0), (a1, y1), (a2, y2) = [*pairs, *[empty] * (GEMV_GROUP - len(pairs))]
-    block = max(1, GEMV_BLOCK_BYTES // (2 * depth))
-    _gemv_group(a0, a1, a2, x, y0, y1, y2, block, numba.get_num_threads())
+    _gemv_group(a0, a1, a2, x, y0, y1, y2)
 
 
 def gemv(op, A, x, y):
