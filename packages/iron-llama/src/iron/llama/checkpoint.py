@@ -51,6 +51,7 @@ _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 _MADVISE = getattr(mmap.mmap, "madvise", None) is not None and hasattr(mmap, "MADV_DONTNEED")
+_PREADV = hasattr(os, "preadv")
 
 
 class CheckpointError(ValueError):
@@ -135,6 +136,34 @@ class SafetensorsFile:
         length = offset + view.nbytes - aligned
         self._map.madvise(mmap.MADV_DONTNEED, aligned, length)
         return length
+
+    def copyto(self, target: np.ndarray, view: np.ndarray) -> None:
+        """`np.copyto(target, view)`, for a contiguous view of this file into
+        contiguous memory of the same type and shape read from the file
+        (preadv) rather than through the mapping: no page faults on the
+        mapping, and its pages never count in this process's RSS. Anything
+        else is copied by numpy."""
+        if not (
+            _PREADV
+            and isinstance(view, np.ndarray)
+            and isinstance(target, np.ndarray)
+            and view.flags.c_contiguous
+            and target.flags.c_contiguous
+            and target.flags.writeable
+            and (target.dtype, target.shape) == (view.dtype, view.shape)
+            and self.owns(view)
+        ):
+            np.copyto(target, view)
+            return
+        offset = view.__array_interface__["data"][0] - self._address
+        into = memoryview(target.reshape(-1).view(np.uint8))
+        done = 0
+        while done < len(into):
+            read = os.preadv(self._file.fileno(), [into[done:]], offset + done)
+            if read == 0:
+                self.check_intact()
+                raise CheckpointError(f"{self.path}: ended at byte {offset + done} while read")
+            done += read
 
     def check_intact(self) -> None:
         """Raise `CheckpointError` if the file is now shorter than when it was
@@ -342,6 +371,14 @@ class Checkpoint:
             if isinstance(view, np.ndarray) and file.owns(view):
                 return file.release(view)
         raise ValueError("release: the view's bytes are not inside any file of this checkpoint")
+
+    def copyto(self, target: np.ndarray, view: np.ndarray) -> None:
+        """`SafetensorsFile.copyto` on whichever file holds `view`; any other
+        array is copied by numpy."""
+        for file in self.files:
+            if isinstance(view, np.ndarray) and file.owns(view):
+                return file.copyto(target, view)
+        np.copyto(target, view)
 
     def close(self) -> None:
         for file in self.files:
