@@ -15,16 +15,11 @@ pulls the device's contents back, allocates a larger object and pushes them.
 An `Arena` is the runtime side of an `iron.alloc.ArenaPlan`: one buffer that
 grows when the plan grows (contents kept, `generation` bumped so views are
 rebuilt) and remembers which residents were uploaded.
-
-Host memory comes from `fresh_bytes`: huge pages where the kernel hands
-them out on request.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import mmap
 
 import numpy as np
 
@@ -34,24 +29,6 @@ log = logging.getLogger("iron.dispatch")
 
 # 0x7FC0 repeated: NaN as bf16, float16 and float32 alike, a loud value for integers
 POISON = np.frombuffer(bytes([0xC0, 0x7F]), np.uint8)
-#: the smallest allocation worth a mapping of its own: a 2 MiB huge page
-#: cannot fit in less than twice its size once the mapping is misaligned
-HUGE_PAGE_MIN = 4 << 20
-
-
-def fresh_bytes(nbytes: int) -> np.ndarray:
-    """`nbytes` zeroed, writable bytes. Large ones are an anonymous mapping
-    advised MADV_HUGEPAGE (Linux), whose first touch faults a 2 MiB page,
-    not 4 KiB: where the kernel's THP mode is "madvise" (a common default),
-    numpy's own memory faults 4 KiB pages and a first write into it costs
-    page faults several times the copy itself. Elsewhere: `np.zeros`."""
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if nbytes < HUGE_PAGE_MIN or advice is None or not hasattr(mmap, "MAP_ANONYMOUS"):
-        return np.zeros(nbytes, np.uint8)
-    mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(OSError):  # a kernel without THP: still zeroed, in 4 KiB pages
-        mapping.madvise(advice)
-    return np.frombuffer(mapping, np.uint8)  # its base, the mapping, lives as long as it does
 
 
 class GranuleError(ValueError):
@@ -63,8 +40,8 @@ class DeviceBuffer:
         self, nbytes: int, *, granule: int = 64, unified: bool = False, name: str = "buffer"
     ) -> None:
         self.name, self.granule, self.unified = name, granule, unified
-        self.host = fresh_bytes(nbytes)
-        self.device = self.host if unified else fresh_bytes(nbytes)
+        self.host = np.zeros(nbytes, np.uint8)
+        self.device = self.host if unified else np.zeros(nbytes, np.uint8)
         self.regions: dict[str, tuple[int, int]] = {}
         self.generation = 0
         self.bo = None  # the XRT buffer object behind the device side, once attached
@@ -98,20 +75,20 @@ class DeviceBuffer:
         if nbytes <= self.nbytes:
             return
         if self.bo is not None:  # the device's bytes move through the host
-            device = fresh_bytes(nbytes)
+            device = np.zeros(nbytes, np.uint8)
             self.bo.sync(self._xrt.FROM_DEVICE, self.nbytes, 0)
             device[: self.nbytes] = self.host  # (the host's own writes were not synced: dropped)
-            host = fresh_bytes(nbytes)
+            host = np.zeros(nbytes, np.uint8)
             host[: self.nbytes] = self.host
             log.info("%s grew from %d to %d bytes", self.name, self.nbytes, nbytes)
             self.host = host
             self._rebind(device)
             self.generation += 1
             return
-        host = fresh_bytes(nbytes)
+        host = np.zeros(nbytes, np.uint8)
         host[: self.nbytes] = self.host
         if not self.unified:
-            device = fresh_bytes(nbytes)
+            device = np.zeros(nbytes, np.uint8)
             device[: self.nbytes] = self.device
         log.info("%s grew from %d to %d bytes", self.name, self.nbytes, nbytes)
         self.host = host
