@@ -315,9 +315,7 @@ class GraphFunction:
         instead of faulting in its mapping.
 
         Weights are uploaded once: a weight array changed in place after
-        `load` is not seen by later calls until `reload_weights`. Then
-        every version's executable that has a ``ready()`` is waited for
-        (the cpu backend's host kernels import while the weights upload)."""
+        `load` is not seen by later calls until `reload_weights`."""
         if isinstance(piece_bytes, bool) or not isinstance(piece_bytes, (int, np.integer)):
             raise TypeError(f"{self.name}.load: piece_bytes must be an int, got {piece_bytes!r}")
         if piece_bytes < 1:
@@ -346,10 +344,6 @@ class GraphFunction:
             self._memory.flush(name)
             self._memory.loaded.add(key)
             uploaded += nbytes
-        for version in self.versions.values():
-            ready = getattr(version.executable, "ready", None)
-            if ready is not None:
-                ready()
         return uploaded
 
     def reload_weights(

@@ -11,21 +11,15 @@ is imported only when a step that needs it is bound. A kernel is called as
 operator's spec order and writes its outputs (INOUT ones too) in place.
 A kernel that cannot be imported is logged once and the step runs its
 reference. A kernel module may define ``warm_up()``: it is called once,
-when the module is first imported. Loading an image starts that import
-in a thread of its own, so a JIT's import and compile (or cache load),
-seconds for numba, overlap the weights' upload (whose copies and reads
-release the GIL); `CpuExecutable.ready`, which `GraphFunction.load` calls
-after the upload, waits for it, so it lands in loading, not in the first
-call.
+when the module is first imported, which happens when an image is loaded,
+so a JIT's compile (or cache load) lands in loading, not in the first call.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 
 import attrs
 
@@ -37,54 +31,24 @@ from iron.dispatch.memory import view
 log = logging.getLogger("iron.dispatch")
 
 _kernels: dict[str, Callable | None] = {}
-_modules: dict[str, Future] = {}  # kernel module -> its import and warm-up
-_modules_lock = threading.Lock()
-
-
-def _host_target(op: Operator) -> str | None:
-    target = getattr(type(op), "host", None)
-    return target if isinstance(target, str) else None
-
-
-def start_import(op: Operator) -> None:
-    """Start importing (and warming up) the module of `op`'s host kernel in
-    a thread, once per module; `host_kernel` waits for it."""
-    target = _host_target(op)
-    if target is not None:
-        _module(target.partition(":")[0])
-
-
-def _module(module: str) -> Future:
-    with _modules_lock:
-        if module not in _modules:
-            future = _modules[module] = Future()
-            # not a daemon: exiting mid-import could stop the JIT inside native code
-            threading.Thread(target=_import, args=(module, future), name=f"import {module}").start()
-        return _modules[module]
-
-
-def _import(module: str, future: Future) -> None:
-    try:
-        loaded = importlib.import_module(module)
-        if callable(getattr(loaded, "warm_up", None)):
-            log.info("host kernels of %s ready: %s", module, loaded.warm_up())
-    except BaseException as error:  # raised again in the thread that waits for it
-        future.set_exception(error)
-    else:
-        future.set_result(loaded)
+_warmed: set[str] = set()
 
 
 def host_kernel(op: Operator) -> Callable | None:
-    """The host kernel `op`'s class names, imported once (waiting for an
-    import already started); None when it names none or it cannot be
-    imported (then the reference runs)."""
-    target = _host_target(op)
-    if target is None:
+    """The host kernel `op`'s class names, imported once; None when it names
+    none or it cannot be imported (then the reference runs)."""
+    target = getattr(type(op), "host", None)
+    if not isinstance(target, str):
         return None
     if target not in _kernels:
         module, _, name = target.partition(":")
         try:
-            _kernels[target] = getattr(_module(module).result(), name)
+            loaded = importlib.import_module(module)
+            _kernels[target] = getattr(loaded, name)
+            if module not in _warmed and callable(getattr(loaded, "warm_up", None)):
+                _warmed.add(module)
+                report = loaded.warm_up()
+                log.info("host kernels of %s ready: %s", module, report)
         except (ImportError, AttributeError) as error:
             log.warning("host kernel %s cannot be imported (%s); running references", target, error)
             _kernels[target] = None
@@ -115,12 +79,7 @@ class CpuExecutable(FusedExecutable):
 
     def __init__(self, image, buffers, *, device_model, poison) -> None:
         super().__init__(image, buffers, device_model=device_model, poison=poison)
-        for step in image.steps:
-            start_import(step.op)
-
-    def ready(self) -> None:
-        """Wait for the host kernels' imports and warm-ups."""
-        for step in self.image.steps:
+        for step in image.steps:  # imported (and warmed up) now, not on the first call
             host_kernel(step.op)
 
     def steps(self) -> list[BoundStep]:
