@@ -8,7 +8,8 @@ disjoint) before any tensor is handed out, so a truncated or corrupt file
 fails up front with the byte range named. Tensors are read-only numpy views
 of the mapping; `release(view)` hands their pages back to the kernel after
 they were copied elsewhere (they fault back in from the page cache if read
-again, so nothing is lost).
+again, so nothing is lost), and `copyto(target, view)` copies a view's
+bytes by reading the file, never faulting in the mapping.
 """
 
 from __future__ import annotations
