@@ -15,7 +15,7 @@ so a decode step streams each weight once at two bytes per weight instead of
 upcasting it to a float32 copy first.
 
 Every numba kernel splits its work over outputs only (rows of a GEMV, KV
-groups or query heads of attention): one output is reduced by one thread,
+groups of attention): one output is reduced by one thread,
 in an order fixed by the compiled loop, so results are the same bits for
 any thread count and on every run. GEMM's products are BLAS's, run on one
 BLAS thread per panel (see `gemm`). Compiled code is cached on disk (numba's
@@ -321,39 +321,46 @@ def gqa_context(op, weights, values, context, *, valid):
 @njit(parallel=True, fastmath=_FAST, cache=True)
 def _mha(q, k, v, o, n, scale, causal):
     """Causal (or full) attention of the first n rows, sequence-first
-    (rows, heads, d) bf16 bits; rows n.. of o are 0. One task per query
-    head; softmax with max subtraction, its sum applied once per output."""
+    (rows, heads, d) bf16 bits; rows n.. of o are 0. One task per KV group,
+    its keys (transposed) and values widened once for its query heads;
+    softmax with max subtraction, its sum applied once per output."""
     rows, heads, depth = q.shape
-    group = heads // k.shape[1]
-    for h in prange(heads):
-        g = h // group
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    for g in prange(kv_heads):
+        keys_t = np.empty((depth, n), np.float32)  # a query's scores: a row of axpys
+        values = np.empty((n, depth), np.float32)
+        for j in range(n):
+            for d in range(depth):
+                keys_t[d, j] = _widen(k[j, g, d])
+                values[j, d] = _widen(v[j, g, d])
         scores = np.empty(n, np.float32)
-        query = np.empty(depth, np.float32)
         acc = np.empty(depth, np.float32)
-        for i in range(n):
-            for d in range(depth):
-                query[d] = _widen(q[i, h, d])
-            seen = i + 1 if causal else n
-            top = -np.inf
-            for j in range(seen):
-                dot = np.float32(0)
+        for h in range(g * group, (g + 1) * group):
+            for i in range(n):
+                seen = i + 1 if causal else n
+                scores[:seen] = 0
                 for d in range(depth):
-                    dot += query[d] * _widen(k[j, g, d])
-                scores[j] = dot * scale
-                top = max(top, scores[j])
-            total = np.float32(0)
-            for j in range(seen):
-                scores[j] = np.exp(scores[j] - top)
-                total += scores[j]
-            acc[:] = 0
-            for j in range(seen):
+                    query = _widen(q[i, h, d])
+                    for j in range(seen):
+                        scores[j] += query * keys_t[d, j]
+                top = -np.inf
+                for j in range(seen):
+                    scores[j] *= scale
+                    top = max(top, scores[j])
+                total = np.float32(0)
+                for j in range(seen):
+                    scores[j] = np.exp(scores[j] - top)
+                    total += scores[j]
+                acc[:] = 0
+                for j in range(seen):
+                    for d in range(depth):
+                        acc[d] += scores[j] * values[j, d]
                 for d in range(depth):
-                    acc[d] += scores[j] * _widen(v[j, g, d])
-            for d in range(depth):
-                o[i, h, d] = _round(acc[d] / total)
-        for i in range(n, rows):
-            for d in range(depth):
-                o[i, h, d] = 0
+                    o[i, h, d] = _round(acc[d] / total)
+            for i in range(n, rows):
+                for d in range(depth):
+                    o[i, h, d] = 0
 
 
 def mha(op, Q, K, V, O):  # noqa: E741 (the spec names)
