@@ -16,12 +16,12 @@ measures the bandwidth a 2-thread bf16 matrix-vector stream reaches here
 the decode speed as a fraction of the limit that gives (bandwidth / weight
 bytes per token).
 
-Prefill is compute-bound: its GEMMs (every layer's projections at the
+Prefill is compute-bound: its GEMMs (the layers' projections at the
 prompt's rows) are nearly all its work. The same run measures the float32
 sgemm rate numpy's BLAS reaches at those shapes (best of several, on every
 core) and reports the time to first token as a multiple of the floor that
-rate implies (GEMM flops / rate): bf16 is widened to float32 on hosts
-without bf16 arithmetic, so no cpu run beats it.
+rate implies (GEMM flops / rate, the GEMMs alone): the cpu backend widens
+bf16 to float32 for sgemm, as a host without bf16 arithmetic must.
 
     uv run --package iron-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
     ... decode.py --quick           # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
@@ -109,13 +109,20 @@ def stream_bandwidth(nbytes: int = STREAM_BYTES, repeats: int = 5) -> float:
 
 
 def prefill_gemms(directory: Path) -> list[tuple[int, int]]:
-    """(N, K) of every GEMM a prefill runs, at the prompt's rows: each layer's
-    projections (the head reads one row: a GEMV)."""
+    """(N, K) of every GEMM a prefill runs, at the prompt's rows: each
+    layer's projections, but only k and v of the last layer (the caches take
+    every row; the rest of that layer and the head read one row: GEMVs)."""
     from iron.llama.config import LlamaConfig
-    from iron.llama.weights import LlamaWeights
+    from iron.llama.weights import LlamaWeights, layer_tensor_name
 
-    shapes = LlamaWeights.expected_shapes(LlamaConfig.from_file(directory))
-    return [s for n, s in shapes.items() if n.startswith("model.layers.") and len(s) == 2]
+    config = LlamaConfig.from_file(directory)
+    shapes, last = LlamaWeights.expected_shapes(config), config.num_hidden_layers - 1
+    return [
+        shapes[layer_tensor_name(i, field)]
+        for i in range(last + 1)
+        for field in ("q", "k", "v", "o", "gate", "up", "down")
+        if i < last or field in ("k", "v")
+    ]
 
 
 def sgemm_rate(gemms: list[tuple[int, int]], rows: int, repeats: int = 3) -> float:
