@@ -32,7 +32,7 @@ import functools
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 # idle OpenMP workers sleep at once instead of spinning: on a shared host a
 # spinning worker is descheduled and each parallel launch then waits a
@@ -225,8 +225,10 @@ def _share_out(work) -> None:
                 return
             if _pool is None:
                 _pool = ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, "iron-gemm")
-            for running in [_pool.submit(work) for _ in range(threads)]:
-                running.result()
+            running = [_pool.submit(work) for _ in range(threads)]
+            wait(running)  # all of them, even when one fails: BLAS's count is restored after
+            for worker in running:
+                worker.result()
         finally:
             set_blas_threads(previous)
 
