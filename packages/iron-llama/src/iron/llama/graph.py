@@ -8,10 +8,11 @@
 records the decode block: the token at position `pos` attends to cache rows
 0..pos. More rows record the prefill block: a prompt padded with zero rows
 to `rows`, at positions 0..rows-1, whose logits are those of row `last`
-(its last layer carries that row alone past the KV caches). Both return the (vocab,) bf16 logits of one row. `pos` and `last` are
-per-call values bound to operators' dispatch-time members, so one compiled
-decode version serves every position and one prefill version every prompt
-length of its bucket.
+(its last layer carries that row alone past the KV caches). Both return
+the (vocab,) bf16 logits of one row. `pos` and `last` are per-call values
+bound to operators' dispatch-time members, so one compiled decode version
+serves every position and one prefill version every prompt length of its
+bucket.
 
 Every version shares one arena: the weights (read as shipped, [out, in]:
 GEMV's A, GEMM's column-major B) are uploaded once, and the KV caches are
