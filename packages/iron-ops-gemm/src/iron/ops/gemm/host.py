@@ -53,12 +53,14 @@ from iron.core import bf16
 #: and no assumptions about NaN or infinity, so results match plain float32
 #: arithmetic up to summation order.
 _FAST = {"reassoc", "nsz", "arcp"}
-#: weight bytes a GEMM widens to float32 at once before its product, per
-#: thread: a bounded buffer (no float32 copy of the weight) that stays in
-#: cache between its widening and sgemm's read, and panels enough for the
-#: threads to share even a 512-column projection. Fixed, not per thread
-#: count: sgemm's float32 sums depend on the panel's shape.
-GEMM_PANEL_BYTES = 2 << 20
+#: weight columns a GEMM widens to float32 at once before its product, per
+#: thread, within a bound on their bytes: a buffer (no float32 copy of the
+#: weight) that stays in cache between its widening and sgemm's read, and
+#: panels enough for the threads to share even a 512-column projection.
+#: Narrower panels cost more at large K: each sgemm call packs all of A
+#: again (at K = 8192, 64-column panels ran ~10% slower than 256). Fixed,
+#: not per thread count: sgemm's float32 sums depend on the panel's shape.
+GEMM_PANEL_COLUMNS, GEMM_PANEL_BYTES = 256, 8 << 20
 
 
 @intrinsic
@@ -161,7 +163,7 @@ def gemm(op, A, B, C):
     _widen_rows(_bits16(A), a)
     a_t = a.T
     columns = _bits16(B) if op.b_col_maj else _bits16(B).T  # (N, K) either way
-    step = min(op.N, max(1, GEMM_PANEL_BYTES // (4 * op.K)))
+    step = min(op.N, GEMM_PANEL_COLUMNS, max(1, GEMM_PANEL_BYTES // (4 * op.K)))
     panels = iter(range(0, op.N, step))  # shared: a worker takes the next one when free
 
     def work():
