@@ -15,9 +15,9 @@ so a decode step streams each weight once at two bytes per weight instead of
 upcasting it to a float32 copy first.
 
 Every numba kernel splits its work over outputs only (rows of a GEMV, KV
-groups of attention): one output is reduced by one thread,
-in an order fixed by the compiled loop, so results are the same bits for
-any thread count and on every run. GEMM's products are BLAS's, run on one
+groups of attention): one output is reduced by one thread, in an order
+fixed by the compiled loop, so results are the same bits for any thread
+count and on every run. GEMM's products are BLAS's, run on one
 BLAS thread per panel (see `gemm`). Compiled code is cached on disk (numba's
 ``cache=True``: beside this module, else numba's user cache, or
 ``NUMBA_CACHE_DIR``); `warm_up` compiles (or loads) every kernel and says
