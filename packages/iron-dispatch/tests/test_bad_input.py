@@ -115,6 +115,8 @@ def test_load_checks_its_arguments():
         model.load(piece_bytes=1.5)
     with pytest.raises(TypeError, match=r"model\.load: release must be callable"):
         model.load(release="yes")
+    with pytest.raises(TypeError, match=r"model\.load: copy must be callable"):
+        model.load(copy="yes")
 
 
 @pytest.mark.parametrize(

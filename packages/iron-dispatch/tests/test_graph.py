@@ -100,6 +100,22 @@ def test_load_uploads_in_pieces_and_releases_each_once():
     assert len(released) == 6
 
 
+def test_load_fills_each_piece_with_the_copy_it_is_given():
+    w = np.random.default_rng(3).standard_normal(N).astype(bf16)
+    model = make_model(w)
+    model.compile(((1, N), bf16))
+    calls = []
+
+    def negated(target, piece):  # a copy the arena can tell apart from np.copyto's
+        calls.append((target.shape, piece.shape))
+        np.negative(piece, out=target)
+
+    assert model.reload_weights(copy=negated, piece_bytes=128) == w.nbytes
+    assert calls == [((64,), (64,))] * 4
+    x = np.ones((1, N), bf16)
+    assert np.array_equal(model(x, pos=0), expected_outputs(-w, [(x, 0)])[0])
+
+
 def test_loading_a_large_weight_never_holds_more_than_one_piece(tmp_path):
     """A memory-mapped 256 MiB weight uploads in 64 MiB pieces with no
     whole-array temporary (tracemalloc sees numpy's allocations)."""

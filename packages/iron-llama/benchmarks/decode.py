@@ -16,6 +16,13 @@ measures the bandwidth a 2-thread bf16 matrix-vector stream reaches here
 the decode speed as a fraction of the limit that gives (bandwidth / weight
 bytes per token).
 
+Prefill is compute-bound: its GEMMs (the layers' projections at the
+prompt's rows) are nearly all its work. The same run measures the float32
+sgemm rate numpy's BLAS reaches at those shapes (best of several, on every
+core) and reports the time to first token as a multiple of the floor that
+rate implies (GEMM flops / rate, the GEMMs alone): the cpu backend widens
+bf16 to float32 for sgemm, as a host without bf16 arithmetic must.
+
     uv run --package iron-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
     ... decode.py --quick           # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
     ... decode.py --layers 2 16     # the default; 16 layers write a 2.3 GiB synthetic file once
@@ -33,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +106,45 @@ def stream_bandwidth(nbytes: int = STREAM_BYTES, repeats: int = 5) -> float:
         gemv(op, matrix, x, y)
         best = min(best, time.perf_counter() - started)
     return matrix.nbytes / best
+
+
+def prefill_gemms(directory: Path) -> list[tuple[int, int]]:
+    """(N, K) of every GEMM a prefill runs, at the prompt's rows: each
+    layer's projections, but only k and v of the last layer (the caches take
+    every row; the rest of that layer and the head read one row: GEMVs)."""
+    from iron.llama.config import LlamaConfig
+    from iron.llama.weights import LlamaWeights, layer_tensor_name
+
+    config = LlamaConfig.from_file(directory)
+    shapes, last = LlamaWeights.expected_shapes(config), config.num_hidden_layers - 1
+    return [
+        shapes[layer_tensor_name(i, field)]
+        for i in range(last + 1)
+        for field in ("q", "k", "v", "o", "gate", "up", "down")
+        if i < last or field in ("k", "v")
+    ]
+
+
+def sgemm_rate(gemms: list[tuple[int, int]], rows: int, repeats: int = 3) -> float:
+    """Float32 flop/s numpy's BLAS reaches over one of each distinct GEMM
+    shape (weight x activations^T, as the host GEMM runs them), each the
+    best of `repeats`, weighted by how often the prefill runs it."""
+    rng = np.random.default_rng(0)
+    seconds = 0.0
+    for (n, k), count in Counter(gemms).items():
+        weight = rng.standard_normal((n, k), np.float32)
+        rows_t = rng.standard_normal((rows, k), np.float32).T
+        best = float("inf")
+        for _ in range(repeats + 1):  # the first call also warms BLAS's threads
+            started = time.perf_counter()
+            np.matmul(weight, rows_t)
+            best = min(best, time.perf_counter() - started)
+        seconds += count * best
+    return gemm_flops(gemms, rows) / seconds
+
+
+def gemm_flops(gemms: list[tuple[int, int]], rows: int) -> int:
+    return sum(2 * rows * n * k for n, k in gemms)
 
 
 def weight_bytes(directory: Path) -> int:
@@ -193,6 +240,16 @@ def table(figures, accuracy, stream: float, per_token: int, label: str, prompt, 
     return "\n".join(lines)
 
 
+def prefill_floor(figures: dict, flops: int, rate: float) -> str:
+    floor = flops / rate
+    multiples = ", ".join(f"{s} {figures[s]['ttft'] / floor:.1f}x" for s in BACKENDS)
+    return (
+        f"Prefill floor: the prompt's GEMMs are {flops / 1e9:.3g} GFLOP and float32 sgemm runs "
+        f"{rate / 1e9:.3g} GFLOP/s here at their shapes (numpy's BLAS, every core), so a first "
+        f"token takes at least {floor * 1e3:,.0f} ms; time to first token is {multiples} that."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny preset, 16 tokens, 4 steps")
@@ -241,9 +298,13 @@ def main() -> None:
         if ensure_synthetic(directory, preset, layers):
             print(f"wrote the synthetic model to {directory}", file=sys.stderr)
         oracle = layers is None or layers <= args.oracle_layers
+        gemms = prefill_gemms(directory)
+        rate = sgemm_rate(gemms, prompt)  # before and after the sides: the best of both
         figures, accuracy, stream = measure(directory, prompt, steps, stream_bytes, oracle)
+        rate = max(rate, sgemm_rate(gemms, prompt))
         per_token = weight_bytes(directory)
-        texts.append(table(figures, accuracy, stream, per_token, label, prompt, steps))
+        text = table(figures, accuracy, stream, per_token, label, prompt, steps)
+        texts.append(text + "\n" + prefill_floor(figures, gemm_flops(gemms, prompt), rate))
         print(texts[-1], flush=True)
     if args.write_readme:
         write_readme_section(README, "decode", "\n\n".join(texts))

@@ -262,6 +262,49 @@ def test_release_returns_the_pages(tmp_path):
         del view
 
 
+@pytest.mark.skipif(
+    not Path("/proc/self/smaps").exists(),
+    reason="needs Linux /proc/self/smaps to see resident pages",
+)
+def test_copyto_reads_the_file_without_faulting_in_the_mapping(tmp_path):
+    path = tmp_path / "big.safetensors"
+    big = np.random.default_rng(1).standard_normal((1024, 1024), dtype=np.float32)  # 4 MiB
+    write_safetensors(path, {"small": np.ones(3, np.float32), "big": big})
+    with Checkpoint.open(path) as checkpoint:
+        view = checkpoint["big"]
+        before = mapped_rss(path)
+        target = np.empty_like(big)
+        checkpoint.copyto(target[100:300], view[100:300])
+        assert np.array_equal(target[100:300], big[100:300])
+        assert mapped_rss(path) - before < mmap.PAGESIZE
+        del view
+
+
+def test_copyto_copies_what_it_cannot_read(tmp_path):
+    path = tmp_path / "m.safetensors"
+    w = np.arange(16, dtype=np.float32).reshape(4, 4)
+    write_safetensors(path, {"w": w})
+    with Checkpoint.open(path) as checkpoint:
+        view = checkpoint["w"]
+        strided, other = np.zeros((4, 2), np.float32), np.zeros(4, np.float32)
+        checkpoint.copyto(strided, view[:, ::2])  # not one byte range of the file
+        checkpoint.copyto(other, np.full(4, 5, np.float32))  # not the file's at all
+        assert np.array_equal(strided, w[:, ::2]) and np.array_equal(other, np.full(4, 5))
+        del view
+
+
+def test_copyto_of_a_file_cut_short_raises_instead_of_reading_garbage(tmp_path):
+    path = tmp_path / "m.safetensors"
+    write_safetensors(path, {"a": np.ones(1024, np.float32), "b": np.ones(1024, np.float32)})
+    with SafetensorsFile(path) as file:
+        b = file["b"]
+        with open(path, "r+b") as f:
+            f.truncate(file.tensors["b"].begin + 100)
+        with pytest.raises(CheckpointError, match="truncated to"):
+            file.copyto(np.zeros(1024, np.float32), b)
+        del b
+
+
 def test_release_refuses_what_it_cannot_release(tmp_path):
     path = tmp_path / "m.safetensors"
     write_safetensors(path, {"w": np.ones((4, 4), np.float32)})

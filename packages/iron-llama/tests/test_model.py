@@ -21,6 +21,7 @@ from iron.llama import (
     make_synthetic,
 )
 from iron.llama.checks import kl_divergence
+from iron.llama.graph import graph_weights
 
 TEXT = "Iron is the fourth most common element in the crust of the Earth"
 OTHER = "Smelting changed everything. A smith builds a small furnace of clay"
@@ -205,6 +206,20 @@ def test_weights_are_released_piece_by_piece_during_load(tiny_dir, monkeypatch):
     embedding = [p for p in pieces if np.shares_memory(p, weights.embedding)]
     assert [p.shape for p in embedding] == [(128, 256)] * 4
     assert model.load(release=pieces.append) == 0  # uploaded once
+
+
+def test_from_pretrained_reads_each_piece_from_the_file(tiny_dir, monkeypatch):
+    read = []
+    original = Checkpoint.copyto
+    monkeypatch.setattr(
+        Checkpoint,
+        "copyto",
+        lambda self, target, view: read.append(view.nbytes) or original(self, target, view),
+    )
+    model = Model.from_pretrained(tiny_dir, backend="reference", progress=False)
+    assert len(read) == 20 and sum(read) == sum(
+        array.nbytes for array in graph_weights(model.config, model.weights).values()
+    )
 
 
 def test_token_gathers_hand_the_embedding_pages_back(tiny_dir, monkeypatch):

@@ -61,7 +61,7 @@ def _merged(union: np.ndarray, more: np.ndarray) -> np.ndarray:
     """The union of a merged union and more intervals (each 2 x k: starts, ends)."""
     starts, ends = both = np.concatenate((union, more), axis=1)
     both.sort(axis=1)
-    breaks = np.flatnonzero(starts[1:] > ends[:-1])
+    breaks = (starts[1:] > ends[:-1]).nonzero()[0]
     merged = np.empty((2, len(breaks) + 1), np.int64)
     merged[0, 0] = starts[0]
     merged[0, 1:] = starts[breaks + 1]
@@ -134,7 +134,7 @@ def _blocked_offsets(begin, end, size, order, alignment, fixed_offset, fixed_end
     by_begin = np.lexsort((c0, x))
     slot = np.empty(n, np.int64)
     slot[by_begin] = np.arange(n)
-    slot_end = c1[by_begin]
+    slot_end = np.full(n, -1, np.int64)  # set on placement: the masks below skip unplaced slots
     begin_key = x[by_begin] * key + c0[by_begin]
     begin_ptr = np.searchsorted(x[by_begin], np.arange(n_blocks + 1))
     crossing = np.flatnonzero(y > x)
@@ -150,6 +150,7 @@ def _blocked_offsets(begin, end, size, order, alignment, fixed_offset, fixed_end
         (c0 == first_step[x]).tolist(),
         (c1 == last_step[y]).tolist(),
         c0.tolist(),
+        c1.tolist(),
         ends_from.tolist(),
         begin_ptr[x].tolist(),
         np.where(
@@ -163,6 +164,7 @@ def _blocked_offsets(begin, end, size, order, alignment, fixed_offset, fixed_end
     )
 
     slots = np.zeros((2, n), np.int64)
+    slot_flat = slots.reshape(-1)  # a view: scalar stores into it are cheaper
     before = [np.concatenate((np.zeros((2, k), np.int64), base), axis=1) for k in n_ends]
     # placements that enter `span` (begun two blocks or more before they end)
     # and `live` (begun in an earlier block), in placement order
@@ -181,8 +183,8 @@ def _blocked_offsets(begin, end, size, order, alignment, fixed_offset, fixed_end
     ]
 
     result = [0] * n
-    concatenate, compress, unsigned = np.concatenate, np.compress, np.uint64
-    for p, (bx, by, starts_x, ends_y, t0, e_lo, b_lo, b_hi, y_lo, y_hi, s, js, je) in enumerate(
+    concatenate, unsigned = np.concatenate, np.uint64
+    for p, (bx, by, starts_x, ends_y, t0, t1, e_lo, b_lo, b_hi, y_lo, y_hi, s, js, je) in enumerate(
         plans
     ):
         if starts_x:
@@ -206,11 +208,11 @@ def _blocked_offsets(begin, end, size, order, alignment, fixed_offset, fixed_end
             if starts_x:
                 parts.append(slots[:, b_lo:b_hi])
             else:
-                parts.append(compress(slot_end[b_lo:b_hi] >= t0, slots[:, b_lo:b_hi], axis=1))
+                parts.append(slots[:, b_lo:b_hi].compress(slot_end[b_lo:b_hi] >= t0, axis=1))
         else:
             lo, hi = bx, by + 1
             if not starts_x:
-                parts.append(compress(slot_end[b_lo:b_hi] >= t0, slots[:, b_lo:b_hi], axis=1))
+                parts.append(slots[:, b_lo:b_hi].compress(slot_end[b_lo:b_hi] >= t0, axis=1))
                 lo += 1
             if not ends_y:
                 parts.append(slots[:, y_lo:y_hi])
@@ -240,16 +242,17 @@ def _blocked_offsets(begin, end, size, order, alignment, fixed_offset, fixed_end
         gaps = union[0, 1:] - ends[:-1]
         if best_fit:
             gaps -= s
-            k = int(gaps.view(unsigned).argmin())  # a gap below the size wraps to a huge value
-            offset = int(ends[k]) if gaps[k] >= 0 else int(ends[-1])
+            k = gaps.view(unsigned).argmin()  # a gap below the size wraps to a huge value
+            offset = ends.item(k) if gaps.item(k) >= 0 else ends.item(-1)
         else:
-            k = int((gaps >= s).argmax())
-            offset = int(ends[k]) if gaps[k] >= s else int(ends[-1])
+            k = (gaps >= s).argmax()
+            offset = ends.item(k) if gaps.item(k) >= s else ends.item(-1)
 
         result[p] = offset
         top = -(-(offset + s) // a) * a
-        slots[0, js] = offset
-        slots[1, js] = top
+        slot_flat[js] = offset
+        slot_flat[js + n] = top
+        slot_end[js] = t1
         if je >= 0:
             kept = before[by]
             kept[0, je] = offset

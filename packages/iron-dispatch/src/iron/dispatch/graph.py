@@ -306,10 +306,13 @@ class GraphFunction:
 
     # ---- weights and states ----
 
-    def load(self, release=None, piece_bytes: int = PIECE_BYTES) -> int:
+    def load(self, release=None, piece_bytes: int = PIECE_BYTES, copy=None) -> int:
         """Upload every weight not uploaded yet, in pieces of at most
         `piece_bytes`, straight into the arena (no whole-array temporary),
         calling ``release(piece)`` after each piece. Returns bytes uploaded.
+        `copy(target, piece)` writes each piece into its arena bytes
+        (default `np.copyto`); a checkpoint reader's may read the file
+        instead of faulting in its mapping.
 
         Weights are uploaded once: a weight array changed in place after
         `load` is not seen by later calls until `reload_weights`."""
@@ -317,8 +320,10 @@ class GraphFunction:
             raise TypeError(f"{self.name}.load: piece_bytes must be an int, got {piece_bytes!r}")
         if piece_bytes < 1:
             raise ValueError(f"{self.name}.load: piece_bytes must be >= 1, got {piece_bytes}")
-        if release is not None and not callable(release):
-            raise TypeError(f"{self.name}.load: release must be callable or None")
+        for label, fn in (("release", release), ("copy", copy)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{self.name}.load: {label} must be callable or None")
+        copy = copy or np.copyto
         if self._memory is None:
             raise RuntimeError(
                 f"{self.name}: nothing compiled yet; call compile() or the function first"
@@ -333,7 +338,7 @@ class GraphFunction:
             step = max(1, piece_bytes // max(1, rows[:1].nbytes))
             for start in range(0, len(rows), step):
                 piece = rows[start : start + step]
-                np.copyto(target[start : start + step], piece, casting="no")
+                copy(target[start : start + step], piece)
                 if release is not None:
                     release(piece)
             self._memory.flush(name)
@@ -341,7 +346,9 @@ class GraphFunction:
             uploaded += nbytes
         return uploaded
 
-    def reload_weights(self, *names: str, release=None, piece_bytes: int = PIECE_BYTES) -> int:
+    def reload_weights(
+        self, *names: str, release=None, piece_bytes: int = PIECE_BYTES, copy=None
+    ) -> int:
         """Upload weights again (all, or those named): after their arrays
         were changed in place, since `load` uploads each storage once."""
         unknown = [n for n in names if n not in self._weights]
@@ -353,7 +360,7 @@ class GraphFunction:
         if self._memory is not None:
             for name in names or self._weights:
                 self._memory.loaded.discard(self._weights[name][0])
-        return self.load(release=release, piece_bytes=piece_bytes)
+        return self.load(release=release, piece_bytes=piece_bytes, copy=copy)
 
     def _check_state(self, name: str) -> tuple:
         if name not in self._states:

@@ -7,11 +7,12 @@
 `angles` (rows, head_dim) the RoPE table rows of their positions. One row
 records the decode block: the token at position `pos` attends to cache rows
 0..pos. More rows record the prefill block: a prompt padded with zero rows
-to `rows`, at positions 0..rows-1, whose logits are those of row `last`.
-Both return the (vocab,) bf16 logits of one row. `pos` and `last` are
-per-call values bound to operators' dispatch-time members, so one compiled
-decode version serves every position and one prefill version every prompt
-length of its bucket.
+to `rows`, at positions 0..rows-1, whose logits are those of row `last`
+(its last layer carries that row alone past the KV caches). Both return
+the (vocab,) bf16 logits of one row. `pos` and `last` are per-call values
+bound to operators' dispatch-time members, so one compiled decode version
+serves every position and one prefill version every prompt length of its
+bucket.
 
 Every version shares one arena: the weights (read as shipped, [out, in]:
 GEMV's A, GEMM's column-major B) are uploaded once, and the KV caches are
@@ -23,6 +24,8 @@ leave behind are overwritten before a decode reads them (it writes row
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 
@@ -77,16 +80,16 @@ def llama_graph(
 
     def forward(g, x, angles, *, pos, last):
         rows = x.shape[0]
+        final = len(weights.layers) - 1
         for i, layer in enumerate(weights.layers):
             w = {f: g.weight(layer_tensor_name(i, f), getattr(layer, f)) for f in _FIELDS}
             keys, values = g.state(f"keys.{i}", kv_shape), g.state(f"values.{i}", kv_shape)
-            block = _decode_layer if rows == 1 else _prefill_layer
-            x = block(g, config, w, x, angles, keys, values, pos)
-        if rows > 1:  # the head needs the last real prompt row only
-            row = g.state("prefill.last_row", (1, hidden))
-            pick = StridedCopy(rows * hidden, hidden, sizes=(hidden,), strides=(1,))
-            g(pick, x, row, in_offset=last * hidden)
-            x = row
+            if rows == 1:
+                x = _decode_layer(g, config, w, x, angles, keys, values, pos)
+            elif i < final:
+                x = _prefill_layer(g, config, w, x, angles, keys, values, pos)
+            else:
+                x = _prefill_last_layer(g, config, w, x, angles, keys, values, last)
         x = g(_norm(config, 1), x, g.weight("model.norm.weight", weights.norm))
         return g(GEMV(M=vocab, K=hidden), g.weight(_head_name(config), weights.head), x)
 
@@ -125,6 +128,48 @@ def _decode_layer(g, config: LlamaConfig, w, x, angles, keys, values, pos):
     return g(ElementwiseAdd(size=hidden), x, mlp).reshape(1, hidden)
 
 
+def _prefill_last_layer(g, config: LlamaConfig, w, x, angles, keys, values, last):
+    """A prefill's last layer: every row's k and v into the caches, then only
+    row `last` (the one the head reads) on, as the decode step at position
+    `last` (GEMVs for one row instead of every row's GEMMs: a 16-layer
+    prefill does ~1/16 less work). That step writes cache row `last` again:
+    the same sums, summed in the GEMV's order."""
+    rows = x.shape[0]
+    h = g(_norm(config, rows), x, w["input_norm"])
+    _prefill_kv(g, config, w, h, angles, keys[0:rows], values[0:rows])
+    x, angles = (
+        _pick_row(g, f"prefill.last_{name}", array, last)
+        for name, array in (("row", x), ("angles", angles))
+    )
+    return _decode_layer(g, config, w, x, angles, keys, values, last)
+
+
+def _pick_row(g, name: str, array, row):
+    """Row `row` (a per-call value) of a 2-D array, copied into state `name`."""
+    rows, width = array.shape
+    out = g.state(name, (1, width))
+    g(StridedCopy(rows * width, width, sizes=(width,), strides=(1,)), array, out,
+      in_offset=row * width)  # fmt: skip
+    return out
+
+
+def _prefill_gemm(g, rows: int, a, weight, into=()):
+    """a @ weight^T over the weight as shipped ([out, in]: GEMM's column-major B)."""
+    # a 64- or 128-row bucket takes 16- or 32-row tiles (npu2's bf16 MAC needs multiples of 16)
+    tile_m = min(GEMM_TILE_M, rows // GEMM_CORES)
+    gemm = GEMM(M=rows, K=weight.shape[1], N=weight.shape[0], b_col_maj=True, tile_m=tile_m)
+    return g(gemm, a, weight, *into)
+
+
+def _prefill_kv(g, config: LlamaConfig, w, h, angles, keys, values):
+    """k (after RoPE) and v of the rows of `h` written straight into cache rows 0..rows-1."""
+    rows, kv_heads, d = h.shape[0], config.num_key_value_heads, config.head_dim
+    k = _prefill_gemm(g, rows, h, w["k"])
+    _prefill_gemm(g, rows, h, w["v"], [values.reshape(rows, kv_heads * d)])
+    rope_k = RoPE(rows=rows * kv_heads, cols=d, angle_rows=rows)
+    g(rope_k, k.reshape(rows * kv_heads, d), angles, keys.reshape(rows * kv_heads, d))
+
+
 def _prefill_layer(g, config: LlamaConfig, w, x, angles, keys, values, pos):
     """`rows` positions from 0: GEMMs over the weights as shipped, k (after
     RoPE) and v written straight into cache rows 0..rows-1, causal MHA over
@@ -137,20 +182,12 @@ def _prefill_layer(g, config: LlamaConfig, w, x, angles, keys, values, pos):
     )
     rows = x.shape[0]
     keys, values = keys[0:rows], values[0:rows]
-    # a 64- or 128-row bucket takes 16- or 32-row tiles (npu2's bf16 MAC needs multiples of 16)
-    tile_m = min(GEMM_TILE_M, rows // GEMM_CORES)
-
-    def project(a, weight, into=()):
-        gemm = GEMM(M=rows, K=weight.shape[1], N=weight.shape[0], b_col_maj=True, tile_m=tile_m)
-        return g(gemm, a, weight, *into)
+    project = partial(_prefill_gemm, g, rows)
 
     h = g(_norm(config, rows), x, w["input_norm"])
     q = project(h, w["q"])
-    k = project(h, w["k"])
-    project(h, w["v"], [values.reshape(rows, kv_heads * d)])
+    _prefill_kv(g, config, w, h, angles, keys, values)
     q = g(RoPE(rows=rows * heads, cols=d, angle_rows=rows), q.reshape(rows * heads, d), angles)
-    rope_k = RoPE(rows=rows * kv_heads, cols=d, angle_rows=rows)
-    g(rope_k, k.reshape(rows * kv_heads, d), angles, keys.reshape(rows * kv_heads, d))
     pipelines = next((p for p in MHA_PIPELINES if rows % (MHA_BLOCK * p) == 0), 1)
     mha = MHA(
         num_heads=heads,

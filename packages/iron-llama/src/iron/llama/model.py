@@ -112,10 +112,12 @@ class Model:
     called on every uploaded piece and on the embedding after each token
     gather (one row faults in whole page-cache folios of the mapping, up to
     2 MiB each: a 128-token prompt would otherwise keep 200 MB resident);
-    `check_intact(view)`: raises if the file under the embedding was
-    truncated since it was mapped (`Checkpoint.check_intact`), checked before
-    every gather because a read past a file's end kills the process
-    (SIGBUS) instead of raising."""
+    `copy(target, view)`: writes an uploaded piece into the arena
+    (`Checkpoint.copyto` reads it from the file, never faulting in the
+    mapping; default `np.copyto`); `check_intact(view)`: raises if the file
+    under the embedding was truncated since it was mapped
+    (`Checkpoint.check_intact`), checked before every gather because a read
+    past a file's end kills the process (SIGBUS) instead of raising."""
 
     def __init__(
         self,
@@ -128,6 +130,7 @@ class Model:
         device=None,
         release: Callable[[np.ndarray], object] | None = None,
         check_intact: Callable[[np.ndarray], object] | None = None,
+        copy: Callable[[np.ndarray, np.ndarray], object] | None = None,
     ):
         max_seq_len = default_max_seq_len(config) if max_seq_len is None else max_seq_len
         limit = min(MAX_CACHE, config.max_position_embeddings)
@@ -144,7 +147,7 @@ class Model:
                 f"attention's {MAX_CACHE} and the model's max_position_embeddings)"
             )
         self.config, self.weights, self.tokenizer = config, weights, tokenizer
-        self.release, self.check_intact = release, check_intact
+        self.release, self.check_intact, self.copy = release, check_intact, copy
         self.max_seq_len = max_seq_len
         self.forward = llama_graph(
             config,
@@ -190,6 +193,7 @@ class Model:
             device=device,
             release=checkpoint.release,
             check_intact=checkpoint.check_intact,
+            copy=checkpoint.copyto,
         )
         model.source = f"the checkpoint in {path}"
         model.compile(progress)
@@ -233,7 +237,7 @@ class Model:
             bar.update(piece.nbytes)
 
         with bar:
-            return self.forward.load(release=uploaded, piece_bytes=piece_bytes)
+            return self.forward.load(release=uploaded, piece_bytes=piece_bytes, copy=self.copy)
 
     # ---- running ----
 

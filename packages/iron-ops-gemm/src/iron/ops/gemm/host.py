@@ -18,9 +18,10 @@ reading one x, a layer's q, k and v or an MLP's gate and up, share one
 parallel launch.
 
 Every numba kernel splits its work over outputs only (rows of a GEMV, KV
-groups or query heads of attention): one output is reduced by one thread,
-in an order fixed by the compiled loop, so results are the same bits for
-any thread count and on every run. GEMM's products are BLAS's (see `gemm`). Compiled code is cached on disk (numba's
+groups of attention): one output is reduced by one thread, in an order
+fixed by the compiled loop, so results are the same bits for any thread
+count and on every run. GEMM's products are BLAS's, run on one
+BLAS thread per panel (see `gemm`). Compiled code is cached on disk (numba's
 ``cache=True``: beside this module, else numba's user cache, or
 ``NUMBA_CACHE_DIR``); `warm_up` compiles (or loads) every kernel and says
 how long that took. ``NUMBA_NUM_THREADS`` sets the threads (default: every
@@ -29,7 +30,11 @@ core).
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numba
 import numpy as np
@@ -47,10 +52,14 @@ from iron.ops.eltwise.host import widen as _widen
 #: and no assumptions about NaN or infinity, so results match plain float32
 #: arithmetic up to summation order.
 _FAST = {"reassoc", "nsz", "arcp"}
-#: weight bytes a GEMM widens to float32 at once before its product: a
-#: bounded packing buffer instead of a float32 copy of the weight, wide
-#: enough for sgemm to run near its speed (4 MiB panels ran 1.6x slower)
-GEMM_PANEL_BYTES = 16 << 20
+#: weight columns a GEMM widens to float32 at once before its product, per
+#: thread, within a bound on their bytes: a buffer (no float32 copy of the
+#: weight) that stays in cache between its widening and sgemm's read, and
+#: panels enough for the threads to share even a 512-column projection.
+#: Narrower panels cost more at large K: each sgemm call packs all of A
+#: again (at K = 8192, 64-column panels ran ~10% slower than 256). Fixed,
+#: not per thread count: sgemm's float32 sums depend on the panel's shape.
+GEMM_PANEL_COLUMNS, GEMM_PANEL_BYTES = 256, 8 << 20
 
 
 @njit(cache=True)
@@ -126,56 +135,142 @@ def gemv_steps(ops, arrays) -> None:
 # ---- GEMM ---------------------------------------------------------------------
 
 
-@njit(parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def _widen_rows(src, dst):
-    """dst = src widened, a row per task."""
-    for i in prange(src.shape[0]):
+    """dst = src widened (bf16 bits -> float32)."""
+    for i in range(src.shape[0]):
         for k in range(src.shape[1]):
             dst[i, k] = _widen(src[i, k])
 
 
-@njit(parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def _round_into(block, out, start, column_major):
     """C's columns start.. = block (their transpose, (width, M)) rounded to
     bf16 bits; out is C's bits, (M, N), or (N, M) when `column_major`."""
     width, rows = block.shape
     if column_major:
-        for j in prange(width):
+        for j in range(width):
             for i in range(rows):
                 out[start + j, i] = _round(block[j, i])
     else:
-        for i in prange(rows):
+        for i in range(rows):
             for j in range(width):
                 out[i, start + j] = _round(block[j, i])
 
 
 def gemm(op, A, B, C):
-    """bf16 GEMMs: the weight widened a panel of columns at a time by every
-    core, each panel's product by BLAS sgemm, float32 kept or rounded once.
-    The bits are the same run to run and for any BLAS thread count from 2
-    up; OpenBLAS on a single thread sums in another order (its last float32
-    bits differ). int8 GEMMs run the reference."""
+    """bf16 GEMMs: the weight's columns in fixed panels, each widened to
+    float32, multiplied by single-threaded BLAS sgemm and kept or rounded
+    once, the panels shared out among the threads. The bits depend only on
+    the shapes: not on the thread count, nor on the run. int8 GEMMs run the
+    reference."""
     if op.dtype_in != bf16:
         C[...] = op.reference(A, B)
         return
     a = np.empty(A.shape, np.float32)
     _widen_rows(_bits16(A), a)
+    a_t = a.T
     columns = _bits16(B) if op.b_col_maj else _bits16(B).T  # (N, K) either way
-    step = min(op.N, max(1, GEMM_PANEL_BYTES // (4 * op.K)))
-    panel = np.empty((step, op.K), np.float32)
-    for start in range(0, op.N, step):
-        width = min(step, op.N - start)
-        # contiguous arrays only: one compiled specialisation per kernel
-        _widen_rows(np.ascontiguousarray(columns[start : start + width]), panel[:width])
-        # C's columns as rows: sgemm runs a wide panel times few rows 2.5 to 4x
-        # faster than few rows times a panel (measured at 128 x 2048 x 2048)
-        block = np.matmul(panel[:width], a.T)
-        if op.dtype_out == bf16:
-            _round_into(block, _bits16(C), start, op.c_col_maj)
-        elif op.c_col_maj:
-            C[start : start + width] = block
-        else:
-            C[:, start : start + width] = block.T
+    step = min(op.N, GEMM_PANEL_COLUMNS, max(1, GEMM_PANEL_BYTES // (4 * op.K)))
+    panels = iter(range(0, op.N, step))  # shared: a worker takes the next one when free
+
+    def work():
+        panel = _panel_buffer(step * op.K)
+        for start in panels:
+            width = min(step, op.N - start)
+            widened = panel[: width * op.K].reshape(width, op.K)
+            # contiguous arrays only: one compiled specialisation per kernel
+            _widen_rows(np.ascontiguousarray(columns[start : start + width]), widened)
+            # C's columns as rows: sgemm runs a wide panel times few rows 2.5 to 4x
+            # faster than few rows times a panel (measured at 128 x 2048 x 2048)
+            block = np.matmul(widened, a_t)
+            if op.dtype_out == bf16:
+                _round_into(block, _bits16(C), start, op.c_col_maj)
+            elif op.c_col_maj:
+                C[start : start + width] = block
+            else:
+                C[:, start : start + width] = block.T
+
+    _share_out(work)
+
+
+# ---- GEMM's threads ---------------------------------------------------------------
+
+_local = threading.local()
+_pool: ThreadPoolExecutor | None = None
+_blas_lock = threading.Lock()
+
+
+def _panel_buffer(size: int) -> np.ndarray:
+    """This thread's float32 panel, kept between calls: a fresh array per
+    panel would fault (and zero) its pages on every use."""
+    buffer = getattr(_local, "panel", None)
+    if buffer is None or buffer.size < size:
+        buffer = _local.panel = np.empty(size, np.float32)
+    return buffer
+
+
+def _share_out(work) -> None:
+    """Run `work` on numba's thread count of threads at once, BLAS held to
+    one thread meanwhile (process-wide, so GEMMs take turns): each sgemm
+    then sums in single-threaded OpenBLAS's order whichever thread runs it,
+    and no BLAS worker spins for a core the other panels need (OpenBLAS's
+    threads busy-wait on each other inside a call, and stall when a shared
+    host takes one of their cores). Where the BLAS's thread count cannot be
+    set, `work` runs once, on the BLAS's own threads (the bits may then
+    depend on their count)."""
+    global _pool
+    blas = _blas_threads()
+    if blas is None:
+        work()
+        return
+    get_blas_threads, set_blas_threads = blas
+    threads = numba.get_num_threads()
+    with _blas_lock:
+        previous = get_blas_threads()
+        set_blas_threads(1)
+        try:
+            if threads == 1:
+                work()
+                return
+            if _pool is None:
+                _pool = ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, "iron-gemm")
+            running = [_pool.submit(work) for _ in range(threads)]
+            wait(running)  # all of them, even when one fails: BLAS's count is restored after
+            for worker in running:
+                worker.result()
+        finally:
+            set_blas_threads(previous)
+
+
+_BLAS_THREAD_SYMBOLS = (  # (get, set): numpy's wheels, then a plain OpenBLAS
+    ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+    ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
+    ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+    ("openblas_get_num_threads", "openblas_set_num_threads"),
+)
+
+
+@functools.cache
+def _blas_threads():
+    """(get, set) of the thread count of the OpenBLAS numpy loaded, else
+    None: found among the process's mapped libraries (Linux)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+    except OSError:
+        return None
+    for path in sorted(p for p in paths if p.startswith("/")):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for get, set_ in _BLAS_THREAD_SYMBOLS:
+            if hasattr(library, get) and hasattr(library, set_):
+                getter, setter = getattr(library, get), getattr(library, set_)
+                getter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int]
+                return getter, setter
+    return None
 
 
 # ---- decode attention -----------------------------------------------------------
@@ -266,39 +361,46 @@ def gqa_context(op, weights, values, context, *, valid):
 @njit(parallel=True, fastmath=_FAST, cache=True)
 def _mha(q, k, v, o, n, scale, causal):
     """Causal (or full) attention of the first n rows, sequence-first
-    (rows, heads, d) bf16 bits; rows n.. of o are 0. One task per query
-    head; softmax with max subtraction, its sum applied once per output."""
+    (rows, heads, d) bf16 bits; rows n.. of o are 0. One task per KV group,
+    its keys (transposed) and values widened once for its query heads;
+    softmax with max subtraction, its sum applied once per output."""
     rows, heads, depth = q.shape
-    group = heads // k.shape[1]
-    for h in prange(heads):
-        g = h // group
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    for g in prange(kv_heads):
+        keys_t = np.empty((depth, n), np.float32)  # a query's scores: a row of axpys
+        values = np.empty((n, depth), np.float32)
+        for j in range(n):
+            for d in range(depth):
+                keys_t[d, j] = _widen(k[j, g, d])
+                values[j, d] = _widen(v[j, g, d])
         scores = np.empty(n, np.float32)
-        query = np.empty(depth, np.float32)
         acc = np.empty(depth, np.float32)
-        for i in range(n):
-            for d in range(depth):
-                query[d] = _widen(q[i, h, d])
-            seen = i + 1 if causal else n
-            top = -np.inf
-            for j in range(seen):
-                dot = np.float32(0)
+        for h in range(g * group, (g + 1) * group):
+            for i in range(n):
+                seen = i + 1 if causal else n
+                scores[:seen] = 0
                 for d in range(depth):
-                    dot += query[d] * _widen(k[j, g, d])
-                scores[j] = dot * scale
-                top = max(top, scores[j])
-            total = np.float32(0)
-            for j in range(seen):
-                scores[j] = np.exp(scores[j] - top)
-                total += scores[j]
-            acc[:] = 0
-            for j in range(seen):
+                    query = _widen(q[i, h, d])
+                    for j in range(seen):
+                        scores[j] += query * keys_t[d, j]
+                top = -np.inf
+                for j in range(seen):
+                    scores[j] *= scale
+                    top = max(top, scores[j])
+                total = np.float32(0)
+                for j in range(seen):
+                    scores[j] = np.exp(scores[j] - top)
+                    total += scores[j]
+                acc[:] = 0
+                for j in range(seen):
+                    for d in range(depth):
+                        acc[d] += scores[j] * values[j, d]
                 for d in range(depth):
-                    acc[d] += scores[j] * _widen(v[j, g, d])
-            for d in range(depth):
-                o[i, h, d] = _round(acc[d] / total)
-        for i in range(n, rows):
-            for d in range(depth):
-                o[i, h, d] = 0
+                    o[i, h, d] = _round(acc[d] / total)
+            for i in range(n, rows):
+                for d in range(depth):
+                    o[i, h, d] = 0
 
 
 def mha(op, Q, K, V, O):  # noqa: E741 (the spec names)
