@@ -381,6 +381,28 @@ class WriteRowInPlace(WriteRow):
     host = "dispatch_fakes:write_row_in_place"
 
 
+#: the factors of each group of ScaleTogether steps its `host_steps` kernel ran
+GROUPS = []
+
+
+def scale(op, x, y):
+    y[...] = op.reference(x)
+
+
+def scale_steps(ops, arrays):
+    """ScaleTogether's kernel for consecutive steps: each as `scale`, the
+    group recorded."""
+    GROUPS.append([op.factor for op in ops])
+    for op, (x, y) in zip(ops, arrays):
+        scale(op, x, y)
+
+
+@attrs.frozen
+class ScaleTogether(Scale):
+    host = "dispatch_fakes:scale"
+    host_steps = "dispatch_fakes:scale_steps"
+
+
 def make_host_model(w, backend="cpu"):
     """`make_model`, its cache rows written by a host kernel where the
     backend runs host kernels."""

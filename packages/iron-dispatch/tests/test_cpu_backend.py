@@ -6,7 +6,18 @@ import logging
 import attrs
 import numpy as np
 import pytest
-from dispatch_fakes import HOST_WRITES, ROWS, WARM_UPS, N, Scale, expected_outputs, make_host_model
+from dispatch_fakes import (
+    GROUPS,
+    HOST_WRITES,
+    ROWS,
+    WARM_UPS,
+    Add,
+    N,
+    Scale,
+    ScaleTogether,
+    expected_outputs,
+    make_host_model,
+)
 
 from iron.core import bf16
 from iron.dispatch import Backend, get_backend, graph
@@ -60,6 +71,24 @@ def test_a_host_kernel_that_cannot_be_imported_falls_back_to_the_reference(caplo
         y = double(x)
     assert y.tobytes() == (x.astype(np.float32) * 2).astype(bf16).tobytes()
     assert "no_such_module_anywhere:kernel cannot be imported" in caplog.text
+
+
+def test_independent_consecutive_steps_run_together_through_host_steps():
+    """x*2 and x*3 together; x*4 reads x*2's output, so it starts another
+    group, which x*5 (independent of it while x*2's output stays live)
+    joins; the adds end it."""
+
+    def forward(g, x):
+        a, b = g(ScaleTogether(N, 2.0), x), g(ScaleTogether(N, 3.0), x)
+        c, d = g(ScaleTogether(N, 4.0), a), g(ScaleTogether(N, 5.0), x)
+        return g(Add(N), g(Add(N), g(Add(N), a, b), c), d)
+
+    x = np.random.default_rng(5).standard_normal(N).astype(bf16)
+    want = graph(forward, backend="reference")(x)
+    GROUPS.clear()
+    got = graph(forward, backend="cpu")(x)
+    assert GROUPS == [[2.0, 3.0], [4.0, 5.0]]
+    assert got.tobytes() == want.tobytes()
 
 
 def test_reference_backend_ignores_host_kernels():

@@ -75,6 +75,32 @@ def test_gemv_matches_its_reference_and_is_deterministic(batches):
     assert len(bits_for_every_thread_count(host.gemv, op, inputs)) == 1
 
 
+def test_gemv_steps_share_launches_and_give_each_gemv_its_own_bits():
+    """Four GEMVs on one x (two launches: three, then one), one on another
+    x and a batched one: each output the bits `gemv` gives it alone, for
+    every thread count."""
+    rng = np.random.default_rng(2)
+    x, other = normal(rng, 96), normal(rng, 64)
+    ops = [GEMV(M=m, K=96) for m in (200, 40, 40, 7)] + [GEMV(M=33, K=64)]
+    ops.append(GEMV(M=16, K=96, num_batches=2))
+    inputs = [[normal(rng, (op.M, op.K), 0.05), x] for op in ops[:4]]
+    inputs += [[normal(rng, (33, 64), 0.05), other]]
+    inputs += [[normal(rng, (2, 16, 96), 0.05), normal(rng, (2, 96))]]
+    alone = [run(host.gemv, op, i)[0].tobytes() for op, i in zip(ops, inputs)]
+
+    def together():
+        outputs = [np.full(op.arg_specs()[2].shape, np.nan, bf16) for op in ops]
+        host.gemv_steps(ops, [(*i, y) for i, y in zip(inputs, outputs)])
+        return [y.tobytes() for y in outputs]
+
+    try:
+        for threads in THREADS:
+            numba.set_num_threads(threads)
+            assert together() == alone
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
 @pytest.mark.parametrize(
     "params",
     [
@@ -129,7 +155,15 @@ def test_gemm_bits_do_not_depend_on_how_many_blas_threads_share_it():
     assert len(digests) == 1
 
 
-def test_gqa_scores_match_and_never_read_past_valid():
+#: decode attention on the calling thread alone (a short cache) or on every thread
+ATTENTION_PATHS = pytest.mark.parametrize(
+    "alone_bytes", [host.ATTENTION_ALONE_BYTES, 0], ids=["alone", "every-thread"]
+)
+
+
+@ATTENTION_PATHS
+def test_gqa_scores_match_and_never_read_past_valid(alone_bytes, monkeypatch):
+    monkeypatch.setattr(host, "ATTENTION_ALONE_BYTES", alone_bytes)
     rng = np.random.default_rng(4)
     op = GQAScores(8, 2, 32, 64)
     q, keys = normal(rng, (8, 32)), normal(rng, (64, 2, 32))
@@ -142,7 +176,9 @@ def test_gqa_scores_match_and_never_read_past_valid():
     assert len(bits_for_every_thread_count(host.gqa_scores, op, [q, keys], {"valid": 11})) == 1
 
 
-def test_gqa_context_matches_and_never_reads_past_valid():
+@ATTENTION_PATHS
+def test_gqa_context_matches_and_never_reads_past_valid(alone_bytes, monkeypatch):
+    monkeypatch.setattr(host, "ATTENTION_ALONE_BYTES", alone_bytes)
     rng = np.random.default_rng(5)
     op = GQAContext(8, 2, 32, 64)
     weights, values = normal(rng, (8, 64), 0.1), normal(rng, (64, 2, 32))
@@ -156,6 +192,24 @@ def test_gqa_context_matches_and_never_reads_past_valid():
     assert np.isfinite(context.astype(np.float32)).all()
     per_call = {"valid": 9}
     assert len(bits_for_every_thread_count(host.gqa_context, op, [weights, values], per_call)) == 1
+
+
+def test_decode_attention_runs_alone_on_a_short_cache_with_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(7)
+    scores_op, context_op = GQAScores(8, 2, 32, 64), GQAContext(8, 2, 32, 64)
+    q, cache, weights = normal(rng, (8, 32)), normal(rng, (64, 2, 32)), normal(rng, (8, 64), 0.1)
+    row_bytes = 2 * 32 * 2  # kv_heads x head_dim bf16
+    monkeypatch.setattr(host, "ATTENTION_ALONE_BYTES", 20 * row_bytes)
+    assert host._threads_for(scores_op, 20) == 1
+    assert host._threads_for(scores_op, 21) == numba.get_num_threads()
+    seen = set()
+    for valid in (20, 21):  # alone, then on every thread, over the same 20 rows
+        cut = cache.copy()
+        cut[20:] = 0
+        (scores,) = run(host.gqa_scores, scores_op, [q, cut], {"valid": valid})
+        (context,) = run(host.gqa_context, context_op, [weights, cut], {"valid": valid})
+        seen.add((scores[:, :20].tobytes(), context.tobytes()))
+    assert len(seen) == 1
 
 
 @pytest.mark.parametrize(
@@ -187,6 +241,7 @@ def test_operators_name_their_host_kernels_and_warm_up_reports_the_jit():
     for op_class in (GEMV, GEMM, GQAScores, GQAContext, MHA):
         module, _, name = op_class.host.partition(":")
         assert module == "iron.ops.gemm.host" and callable(getattr(host, name))
+    assert GEMV.host_steps == "iron.ops.gemm.host:gemv_steps"
     report = warm_up()
     assert report["threads"] == numba.get_num_threads() and report["seconds"] >= 0
     assert report["cache_dir"]

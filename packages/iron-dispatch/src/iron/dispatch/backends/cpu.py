@@ -13,6 +13,13 @@ A kernel that cannot be imported is logged once and the step runs its
 reference. A kernel module may define ``warm_up()``: it is called once,
 when the module is first imported, which happens when an image is loaded,
 so a JIT's compile (or cache load) lands in loading, not in the first call.
+
+An operator may also name a kernel for several of its steps at once,
+``host_steps = "iron.ops.gemm.host:gemv_steps"``, called as
+``kernel(ops, arrays)`` with each step's operator and arrays: consecutive
+steps of it without per-call values, none touching what an earlier one of
+them writes nor writing what an earlier one reads, run as one call (GEMVs
+sharing their x become one parallel launch instead of one each).
 """
 
 from __future__ import annotations
@@ -34,10 +41,11 @@ _kernels: dict[str, Callable | None] = {}
 _warmed: set[str] = set()
 
 
-def host_kernel(op: Operator) -> Callable | None:
-    """The host kernel `op`'s class names, imported once; None when it names
-    none or it cannot be imported (then the reference runs)."""
-    target = getattr(type(op), "host", None)
+def host_kernel(op: Operator, attribute: str = "host") -> Callable | None:
+    """The host kernel `op`'s class names in `attribute`, imported once;
+    None when it names none or it cannot be imported (then the reference
+    runs)."""
+    target = getattr(type(op), attribute, None)
     if not isinstance(target, str):
         return None
     if target not in _kernels:
@@ -65,6 +73,73 @@ class HostStep(BoundStep):
         self.run(*self.arrays, **values)
 
 
+@attrs.define
+class HostSteps(BoundStep):
+    """Consecutive steps run by their operators' `host_steps` kernel at once."""
+
+    members: list[BoundStep] = attrs.field(factory=list)
+
+    def __call__(self, words) -> None:
+        self.run([m.step.op for m in self.members], [m.arrays for m in self.members])
+
+
+def _together(steps: list[BoundStep]) -> list[BoundStep]:
+    """`steps` with each run that one `host_steps` kernel can take at once
+    (see the module docstring) as one HostSteps."""
+    out: list[BoundStep] = []
+    run: list[BoundStep] = []
+
+    def close():
+        if len(run) > 1:
+            first = run[0]
+            fn = host_kernel(first.step.op, "host_steps")
+            out.append(HostSteps(first.index, first.step, fn, [], {}, list(run)))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for step in steps:
+        target = getattr(type(step.step.op), "host_steps", None)
+        member = (
+            target is not None
+            and isinstance(step, HostStep)
+            and not step.step.words
+            and not step.constants
+            and host_kernel(step.step.op, "host_steps") is not None
+        )
+        if not member:
+            close()
+            out.append(step)
+            continue
+        if run and (target != run[0].step.op.host_steps or not _independent(run, step)):
+            close()
+        run.append(step)
+    close()
+    return out
+
+
+def _independent(run: list[BoundStep], step: BoundStep) -> bool:
+    """True when `step` reads nothing `run` writes and writes nothing it
+    reads or writes: then they may run in any order."""
+
+    def ranges(s, indices):
+        return [(p.arena, p.offset, p.offset + p.nbytes) for p in (s.step.args[i] for i in indices)]
+
+    def meet(xs, ys):
+        return any(a == b and lo < hi2 and lo2 < hi for a, lo, hi in xs for b, lo2, hi2 in ys)
+
+    reads, writes = ranges(step, step.step.reads), ranges(step, step.step.writes)
+    for earlier in run:
+        before = ranges(earlier, earlier.step.writes)
+        if (
+            meet(before, reads)
+            or meet(before, writes)
+            or meet(ranges(earlier, earlier.step.reads), writes)
+        ):
+            return False
+    return True
+
+
 def _host_run(op: Operator, fn: Callable) -> Callable:
     defaults = {m: getattr(op, m) for m in op.per_call_members()}
 
@@ -81,12 +156,14 @@ class CpuExecutable(FusedExecutable):
         super().__init__(image, buffers, device_model=device_model, poison=poison)
         for step in image.steps:  # imported (and warmed up) now, not on the first call
             host_kernel(step.op)
+            host_kernel(step.op, "host_steps")
 
     def steps(self) -> list[BoundStep]:
         generation = self.buffers["scratch"].generation
         if generation != self._generation:
             memory = {arena: buffer.device for arena, buffer in self.buffers.items()}
-            self._steps = [self._bind(i, step, memory) for i, step in enumerate(self.image.steps)]
+            bound = [self._bind(i, step, memory) for i, step in enumerate(self.image.steps)]
+            self._steps = _together(bound)
             self._generation = generation
         return self._steps
 

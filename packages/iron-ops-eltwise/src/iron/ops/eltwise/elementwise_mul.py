@@ -12,6 +12,7 @@ class ElementwiseMul(Binary):
     """y = a * b: the product of two bf16 values is exact in float32, so the
     one rounding is the store to bf16."""
 
+    host = "iron.ops.eltwise.host:elementwise_mul"  # the cpu backend's kernel
     cases = ELEMENTWISE_CASES
 
     def reference(self, a, b):

@@ -21,6 +21,8 @@ class RMSNorm(Operator):
     num_aie_columns: int | None = tunable()
     num_channels: int | None = tunable()
 
+    host = "iron.ops.eltwise.host:rms_norm"  # the cpu backend's kernel
+
     cases = (
         Case({"size": 1024, "tile_size": 256}),
         Case({"size": 8192, "tile_size": 2048, "weighted": True}),

@@ -35,6 +35,8 @@ class RoPE(Operator):
     num_aie_columns: int | None = tunable()
     num_channels: int | None = tunable()
 
+    host = "iron.ops.eltwise.host:rope"  # the cpu backend's kernel
+
     cases = (
         Case({"rows": 32, "cols": 64, "angle_rows": 8, "num_aie_columns": 4}),
         Case({"rows": 32, "cols": 64, "angle_rows": 1}),  # one decode position, 32 heads

@@ -18,6 +18,7 @@ class SiLU(Activation):
     """y = x / (1 + exp(-x)), with `iron.core.numerics.sigmoid`:
     nothing overflows and the negative tail keeps its precision."""
 
+    host = "iron.ops.eltwise.host:silu"  # the cpu backend's kernel
     cases = ELEMENTWISE_CASES
     kernel_name = "silu"
 

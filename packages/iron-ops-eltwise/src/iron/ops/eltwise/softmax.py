@@ -29,6 +29,8 @@ class Softmax(Operator):
     num_channels: int | None = tunable()
     valid: int | None = per_call(None)
 
+    host = "iron.ops.eltwise.host:softmax"  # the cpu backend's kernel
+
     cases = (
         Case({"rows": 16, "cols": 64, "num_aie_columns": 2}),
         Case({"rows": 32, "cols": 2048, "num_aie_columns": 4}),

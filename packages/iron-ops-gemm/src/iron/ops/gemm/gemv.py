@@ -81,6 +81,7 @@ class GEMV(Operator):
     num_aie_columns: int | None = tunable()
 
     host = "iron.ops.gemm.host:gemv"  # the cpu backend's kernel
+    host_steps = "iron.ops.gemm.host:gemv_steps"  # consecutive GEMVs sharing x: one launch
     cases = (
         Case({"M": 256, "K": 64, "num_aie_columns": 4}),
         Case({"M": 256, "K": 64, "num_batches": 4, "num_aie_columns": 4}),

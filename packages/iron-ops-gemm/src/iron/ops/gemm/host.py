@@ -12,7 +12,10 @@ Numerics are the references': bf16 in, float32 inside, one rounding to bf16
 (to nearest even) per output. A weight is read as bf16, two bytes per
 element, and widened in registers (a bf16's bits are a float32's top half),
 so a decode step streams each weight once at two bytes per weight instead of
-upcasting it to a float32 copy first.
+upcasting it to a float32 copy first. GEMV also has a kernel for
+consecutive steps (`gemv_steps`, the operator's ``host_steps``): GEMVs
+reading one x, a layer's q, k and v or an MLP's gate and up, share one
+parallel launch.
 
 Every numba kernel splits its work over outputs only (rows of a GEMV, KV
 groups of attention): one output is reduced by one thread, in an order
@@ -29,24 +32,20 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
-# idle OpenMP workers sleep at once instead of spinning: on a shared host a
-# spinning worker is descheduled and each parallel launch then waits a
-# scheduler quantum for it (47 ms median per launch measured on a busy
-# 2-core host, 16 us passive). Read when numba first loads its OpenMP pool.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from iron.core import bf16
+
+# the bf16 bit tricks are shared with the eltwise family's host kernels;
+# importing them there also sets numba's OpenMP wait policy before numba loads
+from iron.ops.eltwise.host import to_bf16 as _round
+from iron.ops.eltwise.host import widen as _widen
 
 #: reassociation lets the reduction vectorize; the order is still fixed by
 #: the compiled loop, never by the thread count. No contraction into FMAs,
@@ -63,36 +62,6 @@ _FAST = {"reassoc", "nsz", "arcp"}
 GEMM_PANEL_COLUMNS, GEMM_PANEL_BYTES = 256, 8 << 20
 
 
-@intrinsic
-def _widen(typingctx, bits):
-    """bf16 bits (uint16) -> float32: shift into the top half, reinterpret."""
-
-    def codegen(context, builder, signature, args):
-        wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
-        return builder.bitcast(wide, ir.FloatType())
-
-    return types.float32(types.uint16), codegen
-
-
-@intrinsic
-def _bits(typingctx, value):
-    """float32 -> its uint32 bits."""
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.uint32(types.float32), codegen
-
-
-@njit(inline="always", cache=True)
-def _round(value):
-    """float32 -> bf16 bits, to nearest even; a NaN stays a (quiet) NaN."""
-    bits = _bits(np.float32(value))
-    if value != value:
-        return np.uint16((bits >> 16) | 0x40)
-    return np.uint16((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16)
-
-
 @njit(cache=True)
 def _widen_vector(x):
     out = np.empty(x.shape[0], np.float32)
@@ -104,24 +73,63 @@ def _widen_vector(x):
 # ---- GEMV ---------------------------------------------------------------------
 
 
+#: matrices one launch reads (GEMVs sharing x: a layer's q, k and v)
+GEMV_GROUP = 3
+
+
 @njit(parallel=True, fastmath=_FAST, cache=True)
-def _gemv(a, x, y):
-    """y[b, i] = a[b, i, :] . x[b, :] for bf16 bits a (B, M, K), x (B, K)."""
-    batches, rows, depth = a.shape
-    for b in range(batches):
-        xf = _widen_vector(x[b])
-        for i in prange(rows):
-            row = a[b, i]
-            acc = np.float32(0)
-            for k in range(depth):
-                acc += _widen(row[k]) * xf[k]
-            y[b, i] = _round(acc)
+def _gemv_group(a0, a1, a2, x, y0, y1, y2):
+    """y_j[i] = a_j[i, :] . x for three bf16-bit matrices sharing x (an
+    unused one has no rows), in one launch: their rows are one range split
+    over the threads. A row is reduced by one thread in the compiled loop's
+    order, so the bits do not depend on the thread count."""
+    depth = x.shape[0]
+    xf = _widen_vector(x)
+    first, second = a0.shape[0], a0.shape[0] + a1.shape[0]
+    for n in prange(second + a2.shape[0]):
+        i = np.int64(n)  # prange's index may be unsigned: i - first must stay an integer
+        if i < first:
+            a, y, r = a0, y0, i
+        elif i < second:
+            a, y, r = a1, y1, i - first
+        else:
+            a, y, r = a2, y2, i - second
+        row = a[r]
+        acc = np.float32(0)
+        for k in range(depth):
+            acc += _widen(row[k]) * xf[k]
+        y[r] = _round(acc)
+
+
+def _gemv_launch(pairs, x) -> None:
+    """Up to GEMV_GROUP (a, y) bit pairs sharing x, as one launch."""
+    depth = x.shape[0]
+    empty = (np.empty((0, depth), np.uint16), np.empty(0, np.uint16))
+    (a0, y0), (a1, y1), (a2, y2) = [*pairs, *[empty] * (GEMV_GROUP - len(pairs))]
+    _gemv_group(a0, a1, a2, x, y0, y1, y2)
 
 
 def gemv(op, A, x, y):
-    depth = op.K
-    _gemv(_bits16(A).reshape(-1, op.M, depth), _bits16(x).reshape(-1, depth),
-          _bits16(y).reshape(-1, op.M))  # fmt: skip
+    a = _bits16(A).reshape(-1, op.M, op.K)
+    xs, ys = _bits16(x).reshape(-1, op.K), _bits16(y).reshape(-1, op.M)
+    for b in range(a.shape[0]):
+        _gemv_launch([(a[b], ys[b])], xs[b])
+
+
+def gemv_steps(ops, arrays) -> None:
+    """Consecutive GEMV steps at once (the cpu backend's `host_steps`):
+    those reading the same x, unbatched, share launches of up to
+    GEMV_GROUP matrices; any other runs alone."""
+    shared: dict[tuple, list] = {}
+    for op, (A, x, y) in zip(ops, arrays):
+        if op.num_batches != 1:
+            gemv(op, A, x, y)
+            continue
+        key = (x.__array_interface__["data"][0], x.shape)
+        shared.setdefault(key, [x, []])[1].append((_bits16(A), _bits16(y)))
+    for x, pairs in shared.values():
+        for at in range(0, len(pairs), GEMV_GROUP):
+            _gemv_launch(pairs[at : at + GEMV_GROUP], _bits16(x))
 
 
 # ---- GEMM ---------------------------------------------------------------------
@@ -292,9 +300,36 @@ def _gqa_scores(q, keys, scores, valid, scale):
                 scores[g * group + j, p] = 0
 
 
+#: KV-cache bytes (a cache's valid rows) up to which decode attention runs
+#: on the calling thread alone: waking a second thread and waiting for it
+#: at the join costs more than it saves on a short cache
+ATTENTION_ALONE_BYTES = 1 << 20
+
+
+def _threads_for(op, n) -> int:
+    """The threads a decode attention step over n cache rows runs on."""
+    alone = n * op.kv_heads * op.head_dim * 2 <= ATTENTION_ALONE_BYTES
+    return 1 if alone else numba.get_num_threads()
+
+
+def _on_threads(threads, kernel, *args) -> None:
+    """kernel(*args) on `threads` threads (numba's count is per calling
+    thread); the result is the same bits on any count."""
+    before = numba.get_num_threads()
+    if threads == before:
+        kernel(*args)
+        return
+    numba.set_num_threads(threads)
+    try:
+        kernel(*args)
+    finally:
+        numba.set_num_threads(before)
+
+
 def gqa_scores(op, q, keys, scores, *, valid):
     n = op.positions(valid)
-    _gqa_scores(_bits16(q), _bits16(keys), _bits16(scores), n, op.scale)
+    args = (_bits16(q), _bits16(keys), _bits16(scores), n, op.scale)
+    _on_threads(_threads_for(op, n), _gqa_scores, *args)
 
 
 @njit(parallel=True, fastmath=_FAST, cache=True)
@@ -319,7 +354,8 @@ def _gqa_context(weights, values, context, valid):
 
 def gqa_context(op, weights, values, context, *, valid):
     n = op.positions(valid)
-    _gqa_context(_bits16(weights), _bits16(values), _bits16(context), n)
+    args = (_bits16(weights), _bits16(values), _bits16(context), n)
+    _on_threads(_threads_for(op, n), _gqa_context, *args)
 
 
 @njit(parallel=True, fastmath=_FAST, cache=True)
@@ -394,8 +430,7 @@ def warm_up() -> dict:
     all came from the cache), the cache directory and the thread count."""
     started = time.perf_counter()
     a = np.zeros((1, 2, 32), np.uint16)
-    x = np.zeros((1, 32), np.uint16)
-    _gemv(a, x, np.zeros((1, 2), np.uint16))
+    _gemv_launch([(a[0], np.zeros(2, np.uint16))], np.zeros(32, np.uint16))
     _widen_rows(a[0], np.zeros((2, 32), np.float32))
     _round_into(np.zeros((2, 2), np.float32), np.zeros((2, 2), np.uint16), 0, False)
     cache = np.zeros((2, 1, 32), np.uint16)
@@ -405,10 +440,10 @@ def warm_up() -> dict:
     rows = np.zeros((2, 2, 32), np.uint16)
     _mha(rows, rows[:, :1].copy(), rows[:, :1].copy(), np.zeros((2, 2, 32), np.uint16), 1,
          np.float32(1), True)  # fmt: skip
-    kernels = (_gemv, _widen_rows, _round_into, _gqa_scores, _gqa_context, _mha)
+    kernels = (_gemv_group, _widen_rows, _round_into, _gqa_scores, _gqa_context, _mha)
     return {
         "seconds": time.perf_counter() - started,
         "compiled": sum(bool(k.stats.cache_misses) for k in kernels),
-        "cache_dir": _gemv.stats.cache_path,
+        "cache_dir": _gemv_group.stats.cache_path,
         "threads": numba.get_num_threads(),
     }
