@@ -1,5 +1,6 @@
 """Small operators for iron-dispatch's tests (dispatch never imports a family)."""
 
+import threading
 import time
 
 import attrs
@@ -364,8 +365,14 @@ def compile_in_process(root, out, start):
 HOST_WRITES, WARM_UPS = [], []
 
 
+#: `warm_up` waits for it: a test holds it cleared to see who waits for the warm-up
+WARM_UP_GATE = threading.Event()
+WARM_UP_GATE.set()
+
+
 def warm_up():
     """What a JIT'd kernel module does to compile ahead: here, counted."""
+    assert WARM_UP_GATE.wait(30)
     WARM_UPS.append(len(HOST_WRITES))
     return {"seconds": 0.0}
 

@@ -2,6 +2,7 @@
 elsewhere, the same bits as the reference backend for exact operators."""
 
 import logging
+import threading
 
 import attrs
 import numpy as np
@@ -10,6 +11,7 @@ from dispatch_fakes import (
     GROUPS,
     HOST_WRITES,
     ROWS,
+    WARM_UP_GATE,
     WARM_UPS,
     Add,
     N,
@@ -106,14 +108,31 @@ def test_cpu_is_registered_unified_fused_only_and_always_available():
         backend.check_mode("compare")
 
 
-def test_a_kernel_module_warms_up_once_when_an_image_loads(monkeypatch):
+def test_a_kernel_module_warms_up_once_before_any_step_runs(monkeypatch):
     monkeypatch.setattr(cpu, "_kernels", {})
-    monkeypatch.setattr(cpu, "_warmed", set())
+    monkeypatch.setattr(cpu, "_modules", {})
     WARM_UPS.clear()
     model = make_host_model(np.ones(N, bf16))
     model.compile(((1, N), bf16))
     model.compile(((2, N), bf16))
     writes = len(HOST_WRITES)
-    assert [writes] == WARM_UPS  # once, at load, before any step ran
     model(np.ones((1, N), bf16), pos=0)
     assert [writes] == WARM_UPS
+    model(np.ones((2, N), bf16), pos=1)
+    assert [writes] == WARM_UPS
+
+
+def test_kernel_modules_warm_up_in_the_background_and_load_waits_for_them(monkeypatch):
+    monkeypatch.setattr(cpu, "_kernels", {})
+    monkeypatch.setattr(cpu, "_modules", {})
+    WARM_UPS.clear()
+    WARM_UP_GATE.clear()
+    try:
+        model = make_host_model(np.ones(N, bf16))
+        model.compile(((1, N), bf16))  # returns while the warm-up is held
+        assert WARM_UPS == []
+        threading.Timer(0.2, WARM_UP_GATE.set).start()
+        model.load()
+        assert [len(HOST_WRITES)] == WARM_UPS
+    finally:
+        WARM_UP_GATE.set()

@@ -315,7 +315,9 @@ class GraphFunction:
         instead of faulting in its mapping.
 
         Weights are uploaded once: a weight array changed in place after
-        `load` is not seen by later calls until `reload_weights`."""
+        `load` is not seen by later calls until `reload_weights`. Then
+        every version's executable that has a ``ready()`` is waited for
+        (the cpu backend's host kernels import while the weights upload)."""
         if isinstance(piece_bytes, bool) or not isinstance(piece_bytes, (int, np.integer)):
             raise TypeError(f"{self.name}.load: piece_bytes must be an int, got {piece_bytes!r}")
         if piece_bytes < 1:
@@ -344,6 +346,10 @@ class GraphFunction:
             self._memory.flush(name)
             self._memory.loaded.add(key)
             uploaded += nbytes
+        for version in self.versions.values():  # what loading the images started
+            ready = getattr(version.executable, "ready", None)
+            if ready is not None:
+                ready()
         return uploaded
 
     def reload_weights(

@@ -45,7 +45,9 @@ class Executable(Protocol):
     ``buffers["output"].host``. In between the executable moves bytes
     between host and device as its dispatch mode does, runs every step, and
     (compare mode) leaves one `StepReport` per output of each step in
-    `reports`."""
+    `reports`. It may also have ``ready()``, blocking until it can run
+    without loading anything more: `GraphFunction.load` calls it after the
+    weights' upload, which the loading can overlap."""
 
     buffers: dict[str, DeviceBuffer]
     reports: list[StepReport]

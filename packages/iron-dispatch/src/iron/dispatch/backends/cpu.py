@@ -11,8 +11,11 @@ is imported only when a step that needs it is bound. A kernel is called as
 operator's spec order and writes its outputs (INOUT ones too) in place.
 A kernel that cannot be imported is logged once and the step runs its
 reference. A kernel module may define ``warm_up()``: it is called once,
-when the module is first imported, which happens when an image is loaded,
-so a JIT's compile (or cache load) lands in loading, not in the first call.
+when the module is first imported. Loading an image starts those imports
+in a thread, so a JIT's import and compile (or cache load), seconds for
+numba, overlap the weights' upload, whose copies and reads release the
+GIL; `CpuExecutable.ready`, which `GraphFunction.load` calls after the
+upload, waits for them, so they land in loading, not in the first call.
 
 An operator may also name a kernel for several of its steps at once,
 ``host_steps = "iron.ops.gemm.host:gemv_steps"``, called as
@@ -26,7 +29,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import attrs
 
@@ -38,25 +43,56 @@ from iron.dispatch.memory import view
 log = logging.getLogger("iron.dispatch")
 
 _kernels: dict[str, Callable | None] = {}
-_warmed: set[str] = set()
+_modules: dict[str, Future] = {}  # kernel module -> its import and warm-up
+_modules_lock = threading.Lock()
+_ATTRIBUTES = ("host", "host_steps")
+
+
+def _target(op: Operator, attribute: str) -> str | None:
+    target = getattr(type(op), attribute, None)
+    return target if isinstance(target, str) else None
+
+
+def start_imports(op: Operator) -> None:
+    """Start importing (and warming up) the modules of `op`'s host kernels,
+    each once, in a thread; `host_kernel` waits for them."""
+    for attribute in _ATTRIBUTES:
+        target = _target(op, attribute)
+        if target is not None:
+            _module(target.partition(":")[0])
+
+
+def _module(module: str) -> Future:
+    with _modules_lock:
+        if module not in _modules:
+            future = _modules[module] = Future()
+            # not a daemon: exiting mid-import could stop the JIT inside native code
+            threading.Thread(target=_import, args=(module, future), name=f"import {module}").start()
+        return _modules[module]
+
+
+def _import(module: str, future: Future) -> None:
+    try:
+        loaded = importlib.import_module(module)
+        if callable(getattr(loaded, "warm_up", None)):
+            log.info("host kernels of %s ready: %s", module, loaded.warm_up())
+    except BaseException as error:  # raised again in the thread that waits for it
+        future.set_exception(error)
+    else:
+        future.set_result(loaded)
 
 
 def host_kernel(op: Operator, attribute: str = "host") -> Callable | None:
-    """The host kernel `op`'s class names in `attribute`, imported once;
-    None when it names none or it cannot be imported (then the reference
-    runs)."""
-    target = getattr(type(op), attribute, None)
-    if not isinstance(target, str):
+    """The host kernel `op`'s class names in `attribute`, imported once
+    (waiting for an import already started); None when it names none or it
+    cannot be imported (then the reference runs)."""
+    target = _target(op, attribute)
+    if target is None:
         return None
     if target not in _kernels:
         module, _, name = target.partition(":")
         try:
-            loaded = importlib.import_module(module)
-            _kernels[target] = getattr(loaded, name)
-            if module not in _warmed and callable(getattr(loaded, "warm_up", None)):
-                _warmed.add(module)
-                report = loaded.warm_up()
-                log.info("host kernels of %s ready: %s", module, report)
+            _kernels[target] = getattr(_module(module).result(), name)
         except (ImportError, AttributeError) as error:
             log.warning("host kernel %s cannot be imported (%s); running references", target, error)
             _kernels[target] = None
@@ -154,9 +190,14 @@ class CpuExecutable(FusedExecutable):
 
     def __init__(self, image, buffers, *, device_model, poison) -> None:
         super().__init__(image, buffers, device_model=device_model, poison=poison)
-        for step in image.steps:  # imported (and warmed up) now, not on the first call
-            host_kernel(step.op)
-            host_kernel(step.op, "host_steps")
+        for step in image.steps:
+            start_imports(step.op)
+
+    def ready(self) -> None:
+        """Wait for the host kernels' imports and warm-ups."""
+        for step in self.image.steps:
+            for attribute in _ATTRIBUTES:
+                host_kernel(step.op, attribute)
 
     def steps(self) -> list[BoundStep]:
         generation = self.buffers["scratch"].generation
