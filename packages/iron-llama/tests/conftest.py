@@ -1,8 +1,11 @@
+import sys
 from pathlib import Path
 
 import pytest
 
 from iron.llama import make_synthetic
+
+sys.path.insert(0, str(Path(__file__).parent))  # cli_runner
 
 
 def pytest_configure(config: pytest.Config) -> None:

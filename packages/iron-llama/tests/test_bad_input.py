@@ -8,24 +8,15 @@ import shutil
 
 import numpy as np
 import pytest
+from cli_runner import run
 
 from iron.llama import Model, Tokenizer, TokenizerError, make_synthetic
 from iron.llama.checkpoint import Checkpoint, CheckpointError, LazyTensor, write_safetensors
 from iron.llama.checks import AccuracyBounds, check_accuracy, kl_divergence
-from iron.llama.cli import main
 from iron.llama.config import ConfigError, LlamaConfig
 from iron.llama.synthetic import ensure_synthetic
 
 BF16_NAN, BF16_INF = b"\xc0\x7f", b"\x80\x7f"
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def poisoned(tiny_dir, tmp_path, value: bytes, tensor="model.norm.weight"):

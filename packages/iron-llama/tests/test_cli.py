@@ -3,21 +3,12 @@ import sys
 import types
 
 import numpy as np
+from cli_runner import run
 
 from iron.core import hookimpl, registry
 from iron.dispatch.backends.reference import ReferenceBackend
 from iron.llama import Model, Oracle, OracleModel, Tokenizer
-from iron.llama.cli import demo_dir, main, paragraphs, printable
-
-
-def run(capsys, *argv):
-    """(exit code, stdout, stderr) of one command; argparse exits count too."""
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
+from iron.llama.cli import demo_dir, paragraphs, printable
 
 
 def test_demo_end_to_end_in_a_fresh_cache(tmp_path, monkeypatch, capsys):

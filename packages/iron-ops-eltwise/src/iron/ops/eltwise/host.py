@@ -15,7 +15,7 @@ bf16 (to nearest even) per output. A step whose arrays are not bf16 runs
 its reference.
 
 This module also holds the bf16 bit tricks the gemm family's host kernels
-share (`widen`, `to_bf16`). Compiled code is cached on disk (numba's
+share (`widen`, `to_bf16`, `bits16`). Compiled code is cached on disk (numba's
 ``cache=True``); `warm_up` compiles (or loads) every kernel.
 """
 
@@ -69,7 +69,7 @@ def to_bf16(value):
     return np.uint16((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16)
 
 
-def _bits16(array: np.ndarray) -> np.ndarray:
+def bits16(array: np.ndarray) -> np.ndarray:
     """A bf16 array's bits, as numba can take them (it knows no bf16)."""
     return array.view(np.uint16)
 
@@ -161,21 +161,21 @@ def elementwise_add(op, a, b, y):
     if not _all_bf16(a, b, y):
         y[...] = op.reference(a, b)
         return
-    _add(_bits16(a).reshape(-1), _bits16(b).reshape(-1), _bits16(y).reshape(-1))
+    _add(bits16(a).reshape(-1), bits16(b).reshape(-1), bits16(y).reshape(-1))
 
 
 def elementwise_mul(op, a, b, y):
     if not _all_bf16(a, b, y):
         y[...] = op.reference(a, b)
         return
-    _mul(_bits16(a).reshape(-1), _bits16(b).reshape(-1), _bits16(y).reshape(-1))
+    _mul(bits16(a).reshape(-1), bits16(b).reshape(-1), bits16(y).reshape(-1))
 
 
 def silu(op, x, y):
     if not _all_bf16(x, y):
         y[...] = op.reference(x)
         return
-    _silu(_bits16(x).reshape(-1), _bits16(y).reshape(-1))
+    _silu(bits16(x).reshape(-1), bits16(y).reshape(-1))
 
 
 def rms_norm(op, x, *rest):
@@ -183,15 +183,15 @@ def rms_norm(op, x, *rest):
     if not _all_bf16(x, y, *weight):
         y[...] = op.reference(x, *weight)
         return
-    bits = _bits16(weight[0]) if weight else np.zeros(1, np.uint16)
-    _rms_norm(_bits16(x), bits, _bits16(y), np.float32(op.eps), bool(weight))
+    bits = bits16(weight[0]) if weight else np.zeros(1, np.uint16)
+    _rms_norm(bits16(x), bits, bits16(y), np.float32(op.eps), bool(weight))
 
 
 def rope(op, x, angles, y):
     if not _all_bf16(x, angles, y):
         y[...] = op.reference(x, angles)
         return
-    _rope(_bits16(x), _bits16(angles), _bits16(y), op.method == "two_halves")
+    _rope(bits16(x), bits16(angles), bits16(y), op.method == "two_halves")
 
 
 def softmax(op, x, y, *, valid):
@@ -199,7 +199,7 @@ def softmax(op, x, y, *, valid):
     if not _all_bf16(x, y):
         y[...] = op.reference(x, valid=valid)
         return
-    _softmax(_bits16(x), _bits16(y), op.cols if valid is None else int(valid))
+    _softmax(bits16(x), bits16(y), op.cols if valid is None else int(valid))
 
 
 def strided_copy(op, x, y, *, in_offset, out_offset):

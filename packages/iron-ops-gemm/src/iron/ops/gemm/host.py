@@ -44,6 +44,7 @@ from iron.core import bf16
 
 # the bf16 bit tricks are shared with the eltwise family's host kernels;
 # importing them there also sets numba's OpenMP wait policy before numba loads
+from iron.ops.eltwise.host import bits16 as _bits16
 from iron.ops.eltwise.host import to_bf16 as _round
 from iron.ops.eltwise.host import widen as _widen
 
@@ -417,11 +418,6 @@ def mha(op, Q, K, V, O):  # noqa: E741 (the spec names)
 
 
 # ---- housekeeping -----------------------------------------------------------------
-
-
-def _bits16(array: np.ndarray) -> np.ndarray:
-    """A bf16 array's bits, as numba can take them (it knows no bf16)."""
-    return array.view(np.uint16)
 
 
 def warm_up() -> dict:
