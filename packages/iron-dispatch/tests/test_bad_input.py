@@ -117,6 +117,34 @@ def test_load_checks_its_arguments():
         model.load(release="yes")
     with pytest.raises(TypeError, match=r"model\.load: copy must be callable"):
         model.load(copy="yes")
+    with pytest.raises(ValueError, match=r"model\.load: threads must be >= 1, got 0"):
+        model.load(threads=0)
+    with pytest.raises(TypeError, match=r"model\.load: threads must be an int or None, got True"):
+        model.load(threads=True)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_failed_upload_counts_no_weight_it_did_not_finish(threads):
+    """The copy fails on the second weight's second piece: the first weight
+    counts as uploaded, the second does not, and the next load uploads it."""
+    a, b = np.full(N, 2, bf16), np.full(N, 3, bf16)
+
+    @graph(backend="reference")
+    def product(g, x):
+        return g(Mul(N), g(Mul(N), x, g.weight("a", a)), g.weight("b", b))
+
+    product.compile(((N,), bf16))
+    second_of_b = b[N // 2 :].__array_interface__["data"][0]
+
+    def failing(target, piece):
+        if piece.__array_interface__["data"][0] == second_of_b:
+            raise OSError("the disk went away")
+        np.copyto(target, piece)
+
+    with pytest.raises(OSError, match="the disk went away"):
+        product.load(copy=failing, piece_bytes=a.nbytes // 2, threads=threads)
+    assert product.load(threads=threads) == b.nbytes
+    assert float(product(np.ones(N, bf16))[0]) == 6.0
 
 
 @pytest.mark.parametrize(

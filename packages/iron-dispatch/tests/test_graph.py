@@ -1,3 +1,4 @@
+import threading
 import tracemalloc
 
 import numpy as np
@@ -114,6 +115,39 @@ def test_load_fills_each_piece_with_the_copy_it_is_given():
     assert calls == [((64,), (64,))] * 4
     x = np.ones((1, N), bf16)
     assert np.array_equal(model(x, pos=0), expected_outputs(-w, [(x, 0)])[0])
+
+
+def two_weights(a, b):
+    @graph(backend="reference")
+    def product(g, x):
+        return g(Mul(N), g(Mul(N), x, g.weight("a", a)), g.weight("b", b))
+
+    product.compile(((N,), bf16))
+    return product
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_load_copies_on_its_threads_and_releases_every_piece_in_order(threads):
+    a, b = (np.random.default_rng(s).standard_normal(N).astype(bf16) for s in (8, 9))
+    model = two_weights(a, b)
+    workers, released = set(), []
+
+    def copy(target, piece):
+        workers.add(threading.current_thread())
+        np.copyto(target, piece)
+
+    uploaded = model.load(release=released.append, piece_bytes=96, copy=copy, threads=threads)
+    assert uploaded == 2 * a.nbytes
+    if threads == 1:
+        assert workers == {threading.current_thread()}
+    else:
+        assert threading.current_thread() not in workers and 1 <= len(workers) <= threads
+    addresses = [p.__array_interface__["data"][0] for p in released]
+    pieces = range(0, a.nbytes, 96)
+    assert addresses == [w.__array_interface__["data"][0] + at for w in (a, b) for at in pieces]
+    x = np.random.default_rng(10).standard_normal(N).astype(bf16)
+    want = Mul(N).reference(Mul(N).reference(x, a), b)
+    assert model(x).tobytes() == want.tobytes()
 
 
 def test_loading_a_large_weight_never_holds_more_than_one_piece(tmp_path):

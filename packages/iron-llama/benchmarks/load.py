@@ -21,6 +21,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--threads", type=int, help="upload threads (default: the graph's)")
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -50,11 +51,21 @@ def main() -> None:
     tokenizer = timed("tokenizer", lambda: Tokenizer.from_pretrained(directory))
     model = timed(
         "graph function, RoPE table",
-        lambda: Model(config, weights, tokenizer, backend=args.backend, release=checkpoint.release),
+        lambda: Model(
+            config,
+            weights,
+            tokenizer,
+            backend=args.backend,
+            release=checkpoint.release,
+            copy=checkpoint.copyto,
+        ),
     )
     for rows in (1, *AHEAD_BUCKETS):
         timed(f"compile the {rows}-row version", lambda rows=rows: model._version(rows))
-    nbytes = timed("upload the weights into the arena", lambda: model.load(progress=False))
+    nbytes = timed(
+        "upload the weights into the arena",
+        lambda: model.load(progress=False, threads=args.threads),
+    )
     # the same number of bytes, from warm memory into fresh memory, as the arena gets
     # them; then again into the same, now touched, memory: the difference is first touch
     source, fresh = np.ones(256 << 20, np.uint8), np.zeros(nbytes, np.uint8)

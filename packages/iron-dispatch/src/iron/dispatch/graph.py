@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 
 import numpy as np
 
@@ -42,6 +45,9 @@ from iron.dispatch.selection import get_backend
 log = logging.getLogger("iron.dispatch")
 
 PIECE_BYTES = 64 * 2**20
+#: weight pieces `GraphFunction.load` copies at once: one per core, up to 4
+#: (a few streams fill the memory bus; more only contend)
+UPLOAD_THREADS = min(4, os.cpu_count() or 1)
 
 
 def graph(
@@ -306,13 +312,21 @@ class GraphFunction:
 
     # ---- weights and states ----
 
-    def load(self, release=None, piece_bytes: int = PIECE_BYTES, copy=None) -> int:
+    def load(self, release=None, piece_bytes: int = PIECE_BYTES, copy=None, threads=None) -> int:
         """Upload every weight not uploaded yet, in pieces of at most
         `piece_bytes`, straight into the arena (no whole-array temporary),
         calling ``release(piece)`` after each piece. Returns bytes uploaded.
         `copy(target, piece)` writes each piece into its arena bytes
         (default `np.copyto`); a checkpoint reader's may read the file
         instead of faulting in its mapping.
+
+        `threads` copies run at once (default `UPLOAD_THREADS`): first
+        writes into fresh memory fault its pages in, and on a virtual
+        machine that costs more than the copy, so pieces go to several
+        threads (`copy` must release the GIL to gain: numpy's copy and
+        `os.preadv` do). ``release`` is called from this thread, piece by
+        piece in order, and a weight counts as uploaded only once all its
+        pieces are: after an error the rest upload on the next call.
 
         Weights are uploaded once: a weight array changed in place after
         `load` is not seen by later calls until `reload_weights`. Then
@@ -322,6 +336,12 @@ class GraphFunction:
             raise TypeError(f"{self.name}.load: piece_bytes must be an int, got {piece_bytes!r}")
         if piece_bytes < 1:
             raise ValueError(f"{self.name}.load: piece_bytes must be >= 1, got {piece_bytes}")
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
+        ):
+            raise TypeError(f"{self.name}.load: threads must be an int or None, got {threads!r}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"{self.name}.load: threads must be >= 1, got {threads}")
         for label, fn in (("release", release), ("copy", copy)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{self.name}.load: {label} must be callable or None")
@@ -331,21 +351,27 @@ class GraphFunction:
                 f"{self.name}: nothing compiled yet; call compile() or the function first"
             )
         buffer = self._memory.ensure()
-        uploaded = 0
+        work = []  # (name, key, nbytes, [(target piece, piece), ...]) per weight to upload
         for name, (key, array, offset, nbytes) in self._weights.items():
             if key in self._memory.loaded:
                 continue
             rows = array if array.ndim else array.reshape(1)
             target = view(buffer.host, offset, nbytes, array.dtype, rows.shape)
             step = max(1, piece_bytes // max(1, rows[:1].nbytes))
-            for start in range(0, len(rows), step):
-                piece = rows[start : start + step]
-                copy(target[start : start + step], piece)
-                if release is not None:
+            pieces = [
+                (target[start : start + step], rows[start : start + step])
+                for start in range(0, len(rows), step)
+            ]
+            work.append((name, key, nbytes, pieces))
+        uploaded = 0
+        with closing(_copied(copy, work, threads or UPLOAD_THREADS)) as copied:
+            for (name, key, nbytes, _), piece, last in copied:
+                if release is not None and piece is not None:
                     release(piece)
-            self._memory.flush(name)
-            self._memory.loaded.add(key)
-            uploaded += nbytes
+                if last:
+                    self._memory.flush(name)
+                    self._memory.loaded.add(key)
+                    uploaded += nbytes
         for version in self.versions.values():  # what loading the images started
             ready = getattr(version.executable, "ready", None)
             if ready is not None:
@@ -353,7 +379,7 @@ class GraphFunction:
         return uploaded
 
     def reload_weights(
-        self, *names: str, release=None, piece_bytes: int = PIECE_BYTES, copy=None
+        self, *names: str, release=None, piece_bytes: int = PIECE_BYTES, copy=None, threads=None
     ) -> int:
         """Upload weights again (all, or those named): after their arrays
         were changed in place, since `load` uploads each storage once."""
@@ -366,7 +392,7 @@ class GraphFunction:
         if self._memory is not None:
             for name in names or self._weights:
                 self._memory.loaded.discard(self._weights[name][0])
-        return self.load(release=release, piece_bytes=piece_bytes, copy=copy)
+        return self.load(release=release, piece_bytes=piece_bytes, copy=copy, threads=threads)
 
     def _check_state(self, name: str) -> tuple:
         if name not in self._states:
@@ -483,3 +509,29 @@ def _shape_dtype(spec, where: str) -> tuple[tuple[int, ...], np.dtype]:
         return tuple(int(d) for d in shape), as_dtype(dtype)
     except TypeError as error:
         raise TypeError(f"{where}: {error}") from None
+
+
+def _copied(copy, work, threads):
+    """Each piece of `work` (weights as (name, key, nbytes, [(target, piece)]))
+    once `copy(target, piece)` is done, in order, as (weight, piece, whether
+    it is the weight's last; a weight with no pieces comes once with None).
+    The copies run on `threads` threads; closing this stops those not begun."""
+    if threads == 1:
+        for weight in work:
+            yield from _in_order(weight, (copy(target, piece) for target, piece in weight[3]))
+        return
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="iron-upload")
+    try:
+        futures = [[pool.submit(copy, *pair) for pair in weight[3]] for weight in work]
+        for weight, pending in zip(work, futures):
+            yield from _in_order(weight, (future.result() for future in pending))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _in_order(weight, results):
+    pieces = weight[3]
+    if not pieces:
+        yield weight, None, True
+    for k, ((_, piece), _) in enumerate(zip(pieces, results)):
+        yield weight, piece, k == len(pieces) - 1

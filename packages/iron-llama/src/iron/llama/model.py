@@ -221,9 +221,11 @@ class Model:
         release: Callable[[np.ndarray], object] | None = None,
         piece_bytes: int = PIECE_BYTES,
         progress: bool | None = None,
+        threads: int | None = None,
     ) -> int:
         """Upload the weights into the arena in pieces of at most
-        `piece_bytes`, calling ``release(piece)`` (default: the model's
+        `piece_bytes`, `threads` at once (default: the graph's
+        `UPLOAD_THREADS`), calling ``release(piece)`` (default: the model's
         `release`) after each. Returns the bytes uploaded."""
         release = release or self.release
         total = sum(a.nbytes for a in graph_weights(self.config, self.weights).values())
@@ -237,7 +239,9 @@ class Model:
             bar.update(piece.nbytes)
 
         with bar:
-            return self.forward.load(release=uploaded, piece_bytes=piece_bytes, copy=self.copy)
+            return self.forward.load(
+                release=uploaded, piece_bytes=piece_bytes, copy=self.copy, threads=threads
+            )
 
     # ---- running ----
 
