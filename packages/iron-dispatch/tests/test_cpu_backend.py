@@ -127,10 +127,19 @@ def test_kernel_modules_warm_up_in_the_background_and_load_waits_for_them(monkey
     monkeypatch.setattr(cpu, "_modules", {})
     WARM_UPS.clear()
     WARM_UP_GATE.clear()
+    started_before_load = []
+    load = cpu.CpuBackend.load
+
+    def recording_load(self, *args, **kwargs):
+        started_before_load.extend(cpu._modules)
+        return load(self, *args, **kwargs)
+
+    monkeypatch.setattr(cpu.CpuBackend, "load", recording_load)
     try:
         model = make_host_model(np.ones(N, bf16))
         model.compile(((1, N), bf16))  # returns while the warm-up is held
         assert WARM_UPS == []
+        assert started_before_load == ["dispatch_fakes"]  # compiling started the import
         threading.Timer(0.2, WARM_UP_GATE.set).start()
         model.load()
         assert [len(HOST_WRITES)] == WARM_UPS

@@ -11,8 +11,8 @@ is imported only when a step that needs it is bound. A kernel is called as
 operator's spec order and writes its outputs (INOUT ones too) in place.
 A kernel that cannot be imported is logged once and the step runs its
 reference. A kernel module may define ``warm_up()``: it is called once,
-when the module is first imported. Loading an image starts those imports
-in a thread, so a JIT's import and compile (or cache load), seconds for
+when the module is first imported. Compiling (or loading) an image
+starts those imports in a thread, so a JIT's import and compile (or cache load), seconds for
 numba, overlap the weights' upload, whose copies and reads release the
 GIL; `CpuExecutable.ready`, which `GraphFunction.load` calls after the
 upload, waits for them, so they land in loading, not in the first call.
@@ -224,6 +224,11 @@ class CpuBackend(CompilingBackend):
 
     def available(self) -> tuple[bool, str]:
         return True, "runs wherever numpy does; host kernels compile with numba"
+
+    def compile(self, runlist, layout, mode="fused", flags=(), **kwargs):
+        for step in runlist.steps:  # the JIT's import overlaps building the image too
+            start_imports(step.op)
+        return super().compile(runlist, layout, mode, flags, **kwargs)
 
     def load(self, image, buffers, *, device=None, poison=False) -> CpuExecutable:
         self.check_mode(image.mode)
