@@ -12,9 +12,9 @@ operator's spec order and writes its outputs (INOUT ones too) in place.
 A kernel that cannot be imported is logged once and the step runs its
 reference. A kernel module may define ``warm_up()``: it is called once,
 when the module is first imported. Compiling (or loading) an image
-starts those imports in a thread, so a JIT's import and compile (or cache load), seconds for
-numba, overlap the weights' upload, whose copies and reads release the
-GIL; `CpuExecutable.ready`, which `GraphFunction.load` calls after the
+starts those imports in a thread, so a JIT's import and compile (or cache
+load), seconds for numba, overlap the images' building and the weights'
+upload, whose copies and reads release the GIL; `CpuExecutable.ready`, which `GraphFunction.load` calls after the
 upload, waits for them, so they land in loading, not in the first call.
 
 An operator may also name a kernel for several of its steps at once,
