@@ -187,7 +187,7 @@ def place(
         budget if auto else None, gap if auto else 0.0,
     )  # fmt: skip
     if strategy == "greedy":
-        search.run("size", search.order("size"), best_fit=True)
+        search.run("size", best_fit=True)
     else:
         search.search()
     offsets = search.best_offsets
@@ -306,11 +306,21 @@ class _Search:
             raise _SearchOver
         self.placements += self.n
 
-    def run(self, label: str, order: np.ndarray, best_fit: bool) -> np.ndarray:
-        return self._greedy(order, best_fit, f"{label}/{_fit(best_fit)}")
+    def run(self, label: str, best_fit: bool, order: np.ndarray | None = None) -> np.ndarray:
+        """A greedy pass in `order`, by default the order `label` names, made
+        only once the pass is charged: on a large input the budget often ends
+        the search before the second pass, and the peak order needs the load
+        profile."""
+        self._charge()
+        if order is None:
+            order = self.order(label)
+        return self._pass(order, best_fit, f"{label}/{_fit(best_fit)}")
 
     def _greedy(self, order: np.ndarray, best_fit: bool, label: str) -> np.ndarray:
         self._charge()
+        return self._pass(order, best_fit, label)
+
+    def _pass(self, order: np.ndarray, best_fit: bool, label: str) -> np.ndarray:
         offsets = greedy_offsets(
             self.begin, self.end, self.size, order, self.alignment, *self.fixed, best_fit
         )
@@ -359,21 +369,21 @@ class _Search:
         each compacted. Up to `BEST_FULL_LIMIT` buffers then: the size and
         peak layouts compacted, first fit for every order and a skyline of
         every order, each compacted, and the improvement rounds."""
-        plain = self.run("size", self.order("size"), True)
+        plain = self.run("size", True)
         if self.n < 2:  # nothing to choose
             return
-        peak = self.run("peak", self.order("peak"), True)
+        peak = self.run("peak", True)
         large = self.n > BEST_FULL_LIMIT
         layouts = []  # (top after compaction, order label, best fit) of greedy layouts
         for label in _LARGE_ORDERS if large else ORDERS[2:]:
-            offsets = self.run(label, self.order(label), True)
+            offsets = self.run(label, True)
             layouts.append((self.compact(offsets, f"{label}/best-fit"), label, True))
         if large:
             return
         for label, offsets in (("size", plain), ("peak", peak)):
             layouts.append((self.compact(offsets, f"{label}/best-fit"), label, True))
         for label in ORDERS:
-            offsets = self.run(label, self.order(label), False)
+            offsets = self.run(label, False)
             layouts.append((self.compact(offsets, f"{label}/first-fit"), label, False))
         for label in ORDERS:
             self.compact(self.skyline(label, self.order(label)), f"{label}/skyline")
@@ -394,14 +404,14 @@ class _Search:
                 label, order, best_fit = starts[slot]
                 share = _PROMOTION[(k // (2 * len(starts))) % len(_PROMOTION)]
                 label = f"{label}+promoted"
-                offsets = self.run(label, order, best_fit)
+                offsets = self.run(label, best_fit, order)
                 starts[slot] = (starts[slot][0], self._promote(order, offsets, share), best_fit)
             else:
                 key = ("size", "conflict")[(k // 2) % 2]
                 noise = np.exp(0.3 * rng.standard_normal(len(self.size)))
                 order = self._nonempty(np.lexsort((self.name_rank, -keys[key] * noise)))
                 label, best_fit = f"{key}+jitter", (k // 4) % 2 == 0
-                offsets = self.run(label, order, best_fit)
+                offsets = self.run(label, best_fit, order)
             self.compact(offsets, f"{label}/{_fit(best_fit)}")
 
     def _promote(self, order: np.ndarray, offsets: np.ndarray, share: float) -> np.ndarray:
