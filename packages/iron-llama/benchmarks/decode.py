@@ -206,7 +206,7 @@ def weight_bytes(directory: Path) -> int:
 
 def measure(
     directory: Path, prompt: int, steps: int, stream_bytes: int, oracle: bool
-) -> tuple[dict, dict, float]:
+) -> tuple[dict, dict, list[float]]:
     """(figures per side, accuracy per backend, stream samples in bytes/s),
     each side in a child process; the stream is measured between them.
     The first side (the oracle, else cpu) makes the tokens and is the
