@@ -27,9 +27,17 @@ core) and reports the time to first token as a multiple of the floor that
 rate implies (GEMM flops / rate, the GEMMs alone): the cpu backend widens
 bf16 to float32 for sgemm, as a host without bf16 arithmetic must.
 
+`--transformers PYTHON` adds transformers' `LlamaForCausalLM` (eager
+attention, bf16 and float32 weights) as two more sides, on the same
+checkpoint, prompt and fed tokens, run by `hf_side.py` with that
+interpreter: one that has torch and transformers, which are not
+dependencies of iron-llama (e.g. a venv made with
+`pip install torch transformers`).
+
     uv run --package iron-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
     ... decode.py --quick           # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
     ... decode.py --layers 2 16     # the default; 16 layers write a 2.3 GiB synthetic file once
+    ... decode.py --transformers /path/to/venv/bin/python   # transformers beside the graph
 
 --write-readme puts the tables into the package README between its
 bench:decode markers.
@@ -56,6 +64,14 @@ README = Path(__file__).parents[1] / "README.md"
 BACKENDS = ("cpu", "reference")
 #: the stream: a bf16 matrix far larger than any cache
 STREAM_BYTES = 512 << 20
+#: transformers' sides (`--transformers`): name -> weight dtype
+HF_SIDES = {"transformers bf16": "bfloat16", "transformers float32": "float32"}
+HF_SIDE = Path(__file__).with_name("hf_side.py")
+
+
+def prompt_ids(vocab: int, prompt: int) -> list[int]:
+    """The prompt every side prefills: token 0, then random tokens."""
+    return [0, *np.random.default_rng(0).integers(2, vocab, prompt - 1).tolist()]
 
 
 def run_side(
@@ -83,7 +99,7 @@ def run_side(
         model = Model.from_pretrained(directory, backend=side, progress=False)
     load = time.perf_counter() - started
     vocab = model.oracle.config.vocab_size if side == "oracle" else model.config.vocab_size
-    ids = [0, *np.random.default_rng(0).integers(2, vocab, prompt - 1).tolist()]
+    ids = prompt_ids(vocab, prompt)
     fed = None if maker else np.load(tokens)
     seconds, rows, chosen = [], [], []
     for step in range(steps + 1):
@@ -205,31 +221,48 @@ def weight_bytes(directory: Path) -> int:
 
 
 def measure(
-    directory: Path, prompt: int, steps: int, stream_bytes: int, oracle: bool
+    directory: Path,
+    prompt: int,
+    steps: int,
+    stream_bytes: int,
+    oracle: bool,
+    transformers: str | None = None,
 ) -> tuple[dict, dict, list[float]]:
-    """(figures per side, accuracy per backend, stream samples in bytes/s),
+    """(figures per side, accuracy per side, stream samples in bytes/s),
     each side in a child process; the stream is measured between them.
     The first side (the oracle, else cpu) makes the tokens and is the
-    baseline of the others' KL."""
+    baseline of the others' KL. With `transformers` (an interpreter that
+    has torch and transformers) `HF_SIDES` run last."""
     from iron.llama.checks import kl_divergence
 
     with tempfile.TemporaryDirectory(prefix="iron-llama-bench-") as work:
-        return _measure(Path(work), directory, prompt, steps, stream_bytes, oracle, kl_divergence)
+        return _measure(
+            Path(work), directory, prompt, steps, stream_bytes, oracle, transformers, kl_divergence
+        )
 
 
-def _measure(work, directory, prompt, steps, stream_bytes, oracle, kl_divergence):
+def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers, kl_divergence):
+    from iron.llama.config import LlamaConfig
+
     results, streams = {}, []
     sides = ("oracle", *BACKENDS) if oracle else BACKENDS
+    if transformers:
+        vocab = LlamaConfig.from_file(directory).vocab_size
+        np.save(work / "prompt.npy", np.array(prompt_ids(vocab, prompt), np.int64))
+        sides = (*sides, *HF_SIDES)
     for side in sides:
-        out = work / f"{side}.npz"
+        out = work / f"{side.replace(' ', '-')}.npz"
         streams += stream_bandwidth(stream_bytes)
-        maker = ["--maker"] if side == sides[0] else []
-        subprocess.run(
-            [sys.executable, __file__, "--child", side, "--model-dir", str(directory),
-             "--prompt", str(prompt), "--steps", str(steps), "--tokens", str(work / "tokens.npy"),
-             "--out", str(out), "--stream-bytes", str(stream_bytes), *maker],
-            check=True,
-        )  # fmt: skip
+        common = ["--model-dir", str(directory), "--steps", str(steps),
+                  "--tokens", str(work / "tokens.npy"), "--out", str(out)]  # fmt: skip
+        if side in HF_SIDES:
+            command = [transformers, str(HF_SIDE), "--dtype", HF_SIDES[side],
+                       "--prompt-ids", str(work / "prompt.npy"), *common]  # fmt: skip
+        else:
+            maker = ["--maker"] if side == sides[0] else []
+            command = [sys.executable, __file__, "--child", side, "--prompt", str(prompt),
+                       "--stream-bytes", str(stream_bytes), *common, *maker]  # fmt: skip
+        subprocess.run(command, check=True)
         with np.load(out) as data:
             results[side] = (data["logits"], json.loads(str(data["figures"])))
     streams += stream_bandwidth(stream_bytes)
@@ -257,19 +290,22 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
         f = figures[side]
         speed = 1 / f["decode"]
         share = ""
-        if side != "oracle":
+        if "paired" in f:
             paired = f["paired"]
             share = (f" ({np.median(paired):.0%} of the limit; "
                      f"{paired[0]:.0%}-{paired[-1]:.0%} over {len(paired)} pairs)")  # fmt: skip
+        elif side != "oracle":
+            share = f" ({speed / limit:.0%} of the median limit)"
         return [f"{f['load']:.2f} s", f"{f['ttft'] * 1e3:,.0f} ms",
                 f"{speed:.2f} tokens/s{share}", mib(f["peak"]), mib(f["steady"])]  # fmt: skip
 
     names = ["load (read, compile, upload)", f"time to first token ({prompt}-token prompt)",
              f"decode ({steps} steps)", "peak RSS (VmHWM)", "steady RSS (VmRSS)"]  # fmt: skip
     oracle = ("oracle",) if "oracle" in figures else ()
-    columns = [column(side) for side in (*BACKENDS, *oracle)]
+    hf = tuple(side for side in HF_SIDES if side in figures)
+    columns = [column(side) for side in (*BACKENDS, *oracle, *hf)]
     header = ("measure", *(f"IRON graph, {s} backend" for s in BACKENDS),
-              *("float32 oracle" for _ in oracle))  # fmt: skip
+              *("float32 oracle" for _ in oracle), *hf)  # fmt: skip
     lines = [
         f"{label}; Python {platform.python_version()}, {platform.machine()}, one run:",
         "",
@@ -287,8 +323,13 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
         f"steps with a stream sample taken right after it, in the side's process: the median "
         f"of the ratios (a step's weight bytes per second over the sample's rate).",
     ]
+    if hf:
+        lines.append(
+            "transformers: LlamaForCausalLM with eager attention on the same checkpoint, "
+            "torch on every core; its load includes widening the weights for float32."
+        )
     for side, a in accuracy.items():
-        graph = "graph" if a["baseline"] == "oracle" else side
+        graph = "graph" if a["baseline"] == "oracle" and side in BACKENDS else side
         lines.append(
             f"Teacher-forced over the {a['steps']} positions, {side}: KL({a['baseline']} || {graph}) mean "
             f"{a['mean']:.2e}, max {a['max']:.2e}; top-1 agrees at {a['agree']}/{a['steps']}."
@@ -298,7 +339,8 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
 
 def prefill_floor(figures: dict, flops: int, rate: float) -> str:
     floor = flops / rate
-    multiples = ", ".join(f"{s} {figures[s]['ttft'] / floor:.1f}x" for s in BACKENDS)
+    sides = [s for s in (*BACKENDS, *HF_SIDES) if s in figures]
+    multiples = ", ".join(f"{s} {figures[s]['ttft'] / floor:.1f}x" for s in sides)
     return (
         f"Prefill floor: the prompt's GEMMs are {flops / 1e9:.3g} GFLOP and float32 sgemm runs "
         f"{rate / 1e9:.3g} GFLOP/s here at their shapes (numpy's BLAS, every core), so a first "
@@ -325,6 +367,11 @@ def main() -> None:
         type=int,
         default=2,
         help="run the oracle up to this many layers (above, cpu makes the tokens)",
+    )
+    parser.add_argument(
+        "--transformers",
+        metavar="PYTHON",
+        help="an interpreter with torch and transformers: adds transformers' sides",
     )
     parser.add_argument("--child", choices=("oracle", *BACKENDS), help=argparse.SUPPRESS)
     parser.add_argument("--maker", action="store_true", help=argparse.SUPPRESS)
@@ -358,7 +405,9 @@ def main() -> None:
         oracle = layers is None or layers <= args.oracle_layers
         gemms = prefill_gemms(directory)
         rate = sgemm_rate(gemms, prompt)  # before and after the sides: the best of both
-        figures, accuracy, stream = measure(directory, prompt, steps, stream_bytes, oracle)
+        figures, accuracy, stream = measure(
+            directory, prompt, steps, stream_bytes, oracle, args.transformers
+        )
         rate = max(rate, sgemm_rate(gemms, prompt))
         per_token = weight_bytes(directory)
         text = table(figures, accuracy, stream, per_token, label, prompt, steps)

@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "decode.py"
 
 
@@ -41,3 +43,30 @@ def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
     for low, median, high in ((3, 2, 4), (7, 6, 8)):  # each side's pairs: range holds the median
         assert int(speeds.group(low)) <= int(speeds.group(median)) <= int(speeds.group(high))
     assert re.search(r"a 2-thread bf16 GEMV streams [\d.]+ GB/s here", result.stdout)
+
+
+def test_decode_benchmark_runs_transformers_beside_the_graph(tmp_path):
+    """`--transformers PYTHON`: transformers on the same checkpoint and fed
+    tokens; its float32 side is the oracle's own numerics, so its KL is
+    float32 round-off. Runs where torch and transformers are installed."""
+    pytest.importorskip("torch", reason="the transformers sides need torch (not a dependency)")
+    pytest.importorskip("transformers", reason="the transformers sides need transformers")
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--model-dir", str(tmp_path / "tiny"),
+         "--transformers", sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    header = next(line for line in result.stdout.splitlines() if line.startswith("| measure"))
+    assert header.endswith("| transformers bf16 | transformers float32 |")
+    kl = {
+        dtype: float(mean)
+        for dtype, mean in re.findall(
+            r"KL\(oracle \|\| transformers (\w+)\) mean ([\d.e+-]+).*agrees at [45]/5",
+            result.stdout,
+        )
+    }
+    assert kl.keys() == {"bf16", "float32"}
+    assert kl["float32"] < 1e-6 < kl["bf16"] < 0.02
