@@ -37,6 +37,12 @@ def running_sum_model(x: np.ndarray, y: np.ndarray, total: np.ndarray) -> None:
     y[:] = total
 
 
+def accumulate_model(x: np.ndarray, y: np.ndarray, n: int) -> None:
+    """Adds into the object it is handed instead of writing it: wrong on a
+    device, whose memory is not cleared."""
+    y += x
+
+
 def scale_model(x: np.ndarray, y: np.ndarray, factor: int) -> None:
     y[:] = x * np.int32(factor)
 
@@ -78,7 +84,7 @@ def add_one_body(tile: int, source="in", sink="out"):
     )
 
 
-def running_sum_worker(tile: int) -> Worker:
+def running_sum_worker(tile: int, initial_value: int | None = 0) -> Worker:
     return Worker(
         "adder",
         (
@@ -90,7 +96,7 @@ def running_sum_worker(tile: int) -> Worker:
             Release("in"),
             Release("out"),
         ),
-        buffers=(LocalBuffer("total", tile, "i32"),),
+        buffers=(LocalBuffer("total", tile, "i32", initial_value=initial_value),),
     )
 
 

@@ -530,15 +530,16 @@ CHECK-NEXT: aiex.dma_configure_task_for @in
     assert_matches(to_mlir(design), checks, tmp_path)
 
 
-def _accumulating_design(device, **worker_fields) -> Design:
+def _accumulating_design(device, acc: LocalBuffer | None = None, **worker_fields) -> Design:
+    acc = acc or LocalBuffer("acc", 16, "i32")
     kernel = Kernel(
         "accumulate",
-        (Memref(64, "i32"), Memref(16, "i32")),
+        (Memref(64, "i32"), Memref(acc.shape, acc.dtype)),
         shipped("iron.design", "kernels/add_one.cc"),
         add_one_model,
     )
     body = (Acquire("in"), Call(kernel, (Obj("in"), Buf("acc"))), Release("in"))
-    worker = Worker("w", body, buffers=(LocalBuffer("acc", 16, "i32"),), **worker_fields)
+    worker = Worker("w", body, buffers=(acc,), **worker_fields)
     return _design(
         device,
         fifos=(ObjectFifo("in", 64, "i32", shim(), (core("w"),)),),
@@ -559,6 +560,20 @@ CHECK-DAG: %[[ONE:{V}]] = arith.constant 1 : index
 CHECK:     scf.for %{{{{{V}}}}} = %{{{{{V}}}}} to %[[ONE]] step %[[ONE]] {{
 CHECK:     func.call @accumulate(%{{{{{V}}}}}, %[[ACC]]) : (memref<64xi32>, memref<16xi32>) -> ()
 CHECK:     }} {{stack_size = 2048 : i32}}
+"""
+    assert_matches(to_mlir(design), checks, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "splat"),
+    [("i32", 0, "dense<0>"), ("u8", 200, "dense<200>"), ("f32", 0, "dense<0.000000e+00>"),
+     ("bf16", -1.5, "dense<-1.500000e+00>")],
+)  # fmt: skip
+def test_an_initial_value_is_the_buffers_splat(dtype, value, splat, npu1, tmp_path):
+    design = _accumulating_design(npu1, LocalBuffer("acc", 16, dtype, initial_value=value))
+    memref = f"memref<16x{'ui8' if dtype == 'u8' else dtype}>"
+    checks = f"""
+CHECK: aie.buffer(%{{{{{V}}}}}) {{sym_name = "w_acc"}} : {memref} = {splat}{{{{$}}}}
 """
     assert_matches(to_mlir(design), checks, tmp_path)
 

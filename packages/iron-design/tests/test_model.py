@@ -20,6 +20,7 @@ from iron.design.model import (
     Drain,
     Fill,
     Kernel,
+    LocalBuffer,
     Loop,
     Memref,
     Obj,
@@ -77,6 +78,36 @@ def test_element_types_accept_numpy_dtypes():
     assert element_type("bfp16ebs8").nbytes == 9 and element_type("bfp16ebs8").values == 8
     with pytest.raises(DesignError, match="unsupported element type 'float64'"):
         element_type("float64")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "message"),
+    [
+        (
+            "i8",
+            128,
+            r"local buffer acc: initial_value must be an int in \[-128, 127\] for i8, got 128",
+        ),
+        ("u8", -1, r"must be an int in \[0, 255\] for u8, got -1"),
+        ("i32", 0.5, r"must be an int in .* for i32, got 0.5"),
+        ("bf16", 3.4e38, r"must be a finite bf16 \(\|value\| <= 3.39e\+38\), got 3.4e\+38"),
+        ("f32", float("inf"), "must be a finite f32 .*, got inf"),
+        ("f32", float("nan"), "must be a finite f32 .*, got nan"),
+        ("i32", True, "is an int or a float, got True"),
+        ("i32", "0", "is an int or a float, got '0'"),
+        ("bfp16ebs8", 0, "bfp16ebs8 holds blocks, not values to fill with"),
+    ],
+)
+def test_initial_values_the_buffer_cannot_hold_are_refused(dtype, value, message):
+    with pytest.raises(DesignError, match=message):
+        LocalBuffer("acc", 8, dtype, initial_value=value)
+    assert LocalBuffer("acc", 8, dtype).initial_value is None
+
+
+def test_initial_values_at_the_edge_of_the_type_are_kept():
+    assert LocalBuffer("acc", 8, "i8", initial_value=-128).initial_value == -128
+    assert LocalBuffer("acc", 8, "u8", initial_value=255).initial_value == 255
+    assert LocalBuffer("acc", 8, "bf16", initial_value=3.0e38).initial_value == 3.0e38
 
 
 def test_designs_are_values(npu1):

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_designs import (
+    accumulate_model,
     add_one_body,
     kernel,
     one_worker,
@@ -211,6 +212,32 @@ def test_local_buffers_persist_across_iterations(npu1):
     x = ints(2048)
     expected = np.cumsum(x.reshape(-1, 256), axis=0, dtype=np.int32).reshape(-1)
     np.testing.assert_array_equal(simulate(design, {"x": x})["y"], expected)
+
+
+def test_memory_a_design_never_wrote_is_garbage(npu1):
+    """Core memory is not cleared on a device: a running sum whose buffer has
+    no initial value starts from garbage (every byte 0x5A), and a kernel that
+    adds into its output object instead of writing it adds to garbage, then
+    to what the slot (one of two) held before."""
+    x = ints(2048)
+    garbage = np.int32(0x5A5A5A5A)
+    design = one_worker(
+        npu1, (), workers=(running_sum_worker(256, initial_value=None),), n=2048, tile=256
+    )
+    expected = np.cumsum(x.reshape(-1, 256), axis=0, dtype=np.int32).reshape(-1)
+    np.testing.assert_array_equal(simulate(design, {"x": x})["y"], expected + garbage)
+
+    body = (
+        Acquire("in"),
+        Acquire("out"),
+        Call(kernel(accumulate_model, 256), (Obj("in"), Obj("out"), 256)),
+        Release("in"),
+        Release("out"),
+    )
+    y = simulate(one_worker(npu1, body, n=2048, tile=256), {"x": x})["y"].reshape(-1, 256)
+    tiles = x.reshape(-1, 256)
+    np.testing.assert_array_equal(y[:2], tiles[:2] + garbage)  # each slot's first use
+    np.testing.assert_array_equal(y[2:], y[:-2] + tiles[2:])  # a slot keeps what it held
 
 
 def test_a_parameter_is_a_loop_count_and_a_kernel_scalar(npu1):

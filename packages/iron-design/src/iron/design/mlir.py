@@ -119,6 +119,7 @@ def to_mlir(design: Design) -> str:
             f"{_buffer_value(worker, b)} = aie.buffer({_tile_value(worker.tile)}) "
             f'{{sym_name = "{worker.name}_{b.name}"}} : '
             f"{_memref(design, b.shape, b.dtype, f'worker {worker.name} buffer {b.name}')}"
+            f"{_initial_value(b)}"
             for b in worker.buffers
         ]
     body += [
@@ -216,6 +217,16 @@ def _scalar_type(dtype: str) -> str:
 def _tile_value(tile: Tile) -> str:
     prefix = {0: "shim_noc_tile", 1: "mem_tile"}.get(tile.row, "tile")
     return f"%{prefix}_{tile.col}_{tile.row}"
+
+
+def _initial_value(buffer: LocalBuffer) -> str:
+    """The splat `aie.buffer` loads the buffer with, if it has one."""
+    value = buffer.initial_value
+    if value is None:
+        return ""
+    if buffer.dtype in ("bf16", "f32"):
+        return f" = dense<{float(value):e}>"
+    return f" = dense<{value}>"
 
 
 def _buffer_value(worker: Worker, buffer: LocalBuffer) -> str:

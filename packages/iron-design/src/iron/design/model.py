@@ -559,11 +559,37 @@ class Buf:
 
 @attrs.frozen
 class LocalBuffer:
-    """Core memory a worker owns across iterations (an accumulator, a table)."""
+    """Core memory a worker owns across iterations (an accumulator, a table).
+
+    Core memory is not cleared: the buffer holds garbage until the worker
+    writes it, unless it has an `initial_value` (every element), which the
+    core's image carries (mlir-aie's `aie.buffer ... = dense<v>`)."""
 
     name: str
     shape: tuple[int, ...] = attrs.field(converter=_shape)
     dtype: str = attrs.field(converter=_dtype)
+    initial_value: int | float | None = attrs.field(default=None, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        value, kind = self.initial_value, element_type(self.dtype)
+        if value is None:
+            return
+        where = f"local buffer {self.name}: initial_value"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DesignError(f"{where} is an int or a float, got {value!r}")
+        if kind.block_float:
+            raise DesignError(f"{where}: {kind.name} holds blocks, not values to fill with")
+        if np.issubdtype(kind.numpy, np.integer):
+            info = np.iinfo(kind.numpy)
+            if not isinstance(value, int) or not info.min <= value <= info.max:
+                raise DesignError(
+                    f"{where} must be an int in [{info.min}, {info.max}] for {kind.name}, "
+                    f"got {value!r}"
+                )
+        elif not abs(value) <= (largest := float(ml_dtypes.finfo(kind.numpy).max)):
+            raise DesignError(
+                f"{where} must be a finite {kind.name} (|value| <= {largest:.4g}), got {value!r}"
+            )
 
     @property
     def nbytes(self) -> int:

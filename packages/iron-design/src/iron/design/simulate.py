@@ -14,7 +14,8 @@ lowering's `joinDistribFactor` lock pairs). A fifo between cardinal
 neighbour cores with one consumer, no dimensions and no repeat is one pool
 that both workers share, and no DMA moves it (`requiresDMAs`,
 `isLegalMemAffinity`). Shim ends hold no pool: the runtime's tensors are
-the memory. Pools start zeroed.
+the memory. Pools and worker buffers start as garbage (NaN for
+bf16 and f32, 0x5A bytes otherwise), as uncleared device memory does.
 
 Locks. Each pool part has a producer lock (free slots, starts at depth) and
 a consumer lock (full slots, starts at 0): acquiring n waits until the lock
@@ -84,6 +85,7 @@ import numpy as np
 
 from iron.core.spec import Direction
 from iron.design.model import (
+    ELEMENT_TYPES,
     TAP,
     Acquire,
     Buf,
@@ -294,12 +296,21 @@ class Lock:
         return f"the {self.kind} lock of fifo {self.fifo} at {self.where}"
 
 
+def _garbage(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Memory as a core or memtile finds it: not cleared. NaN for bf16 and
+    f32, every byte 0x5A for the rest, so a design that reads what it has not
+    written gets a result that cannot pass for right."""
+    if dtype in (ELEMENT_TYPES["bf16"].numpy, ELEMENT_TYPES["f32"].numpy):
+        return np.full(shape, np.nan, dtype)
+    return np.full((*shape, dtype.itemsize), 0x5A, np.uint8).view(dtype).reshape(shape)
+
+
 class Pool:
     """`depth` slots of one object shape on one tile, cut into parts."""
 
     def __init__(self, where: str, tile: Tile, depth: int, fifo: ObjectFifo, parts):
         self.where, self.tile, self.depth = where, tile, depth
-        self.slots = np.zeros((depth, *fifo.shape), fifo.element.numpy)
+        self.slots = _garbage((depth, *fifo.shape), fifo.element.numpy)
         self.flat = self.slots.reshape(depth, -1)
         self.parts = [Part(self, *part) for part in parts]
         self.slot_locks: list[tuple[Lock, Lock]] = []  # a programmed pool's, per slot
@@ -501,7 +512,10 @@ class WorkerRun:
         self.label = f"worker {worker.name} at {worker.tile}"
         self.held = {fifo: collections.deque() for fifo in ports}
         self.buffers = {
-            b.name: np.zeros(b.shape, element_type(b.dtype).numpy) for b in worker.buffers
+            b.name: _garbage(b.shape, element_type(b.dtype).numpy)
+            if b.initial_value is None
+            else np.full(b.shape, b.initial_value, element_type(b.dtype).numpy)
+            for b in worker.buffers
         }
         self.calls = [op for op in walk(worker.body) if isinstance(op, Call)]
         self.iteration = 0

@@ -252,7 +252,8 @@ def image(op: FLMGemm) -> tuple:
         )
     lut = device.arch == "aie2" and op.activations  # aie2 links its activation tables
     buffers = (
-        LocalBuffer("acc", (M_TILE, tile_n), "f32"),
+        # zero once in the image: each drain zeroes the rows it finishes for the next unit
+        LocalBuffer("acc", (M_TILE, tile_n), "f32", initial_value=0.0),
         *([LocalBuffer("lut", (LUT_BYTES,), "u8")] if lut else []),
     )
     workers = [
