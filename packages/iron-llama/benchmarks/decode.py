@@ -169,6 +169,20 @@ def stream_sampler(nbytes: int):
     return sample
 
 
+def transformers_problem(python: str) -> str | None:
+    """Why `python` cannot run the transformers sides, or None if it imports both."""
+    try:
+        found = subprocess.run(
+            [python, "-c", "import torch, transformers"], capture_output=True, text=True
+        )
+    except OSError as error:
+        return f"--transformers {python}: cannot run it ({error.strerror})"
+    if found.returncode != 0:
+        last = (found.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"--transformers {python} cannot import torch and transformers: {last}"
+    return None
+
+
 def prefill_gemms(directory: Path) -> list[tuple[int, int]]:
     """(N, K) of every GEMM a prefill runs, at the prompt's rows: each
     layer's projections, but only k and v of the last layer (the caches take
@@ -386,6 +400,8 @@ def main() -> None:
         )  # fmt: skip
         return
 
+    if args.transformers and (problem := transformers_problem(args.transformers)):
+        parser.error(problem)  # before any side runs
     from iron.dispatch import cache_home
     from iron.llama import ensure_synthetic
 

@@ -45,6 +45,26 @@ def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
     assert re.search(r"a 2-thread bf16 GEMV streams [\d.]+ GB/s here", result.stdout)
 
 
+def test_decode_benchmark_refuses_an_interpreter_without_transformers(tmp_path):
+    missing = tmp_path / "no-python"
+    no_torch = tmp_path / "no-torch"
+    no_torch.write_text(
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
+    )
+    no_torch.chmod(0o755)
+    for python, says in ((missing, "cannot run it"), (no_torch, "No module named 'torch'")):
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), "--quick", "--model-dir", str(tmp_path / "tiny"),
+             "--transformers", str(python)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 2 and f"--transformers {python}" in result.stderr
+        assert says in result.stderr
+        assert not (tmp_path / "tiny").exists()  # refused before any side ran
+
+
 def test_decode_benchmark_runs_transformers_beside_the_graph(tmp_path):
     """`--transformers PYTHON`: transformers on the same checkpoint and fed
     tokens; its float32 side is the oracle's own numerics, so its KL is
