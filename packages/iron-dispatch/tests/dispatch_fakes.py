@@ -296,11 +296,11 @@ class OffByOne(AddOne):
 N, ROWS = 256, 16
 
 
-def make_model(w, backend="reference", mode="fused", **kw):
+def make_model(w, backend="reference", mode="fused", poison=True, **kw):
     """Each input row times w is written into a state cache at rows pos..;
     the output sums the cache's first pos + rows rows."""
 
-    @graph(backend=backend, mode=mode, poison=True, **kw)
+    @graph(backend=backend, mode=mode, poison=poison, **kw)
     def model(g, x, *, pos):
         rows = x.shape[0]
         weight = g.weight("w", w)

@@ -73,7 +73,7 @@ def test_a_failed_version_leaves_weights_and_states_as_they_were(no_memory):
 
 def test_weights_are_uploaded_once_and_reload_weights_uploads_them_again():
     w = np.ones(N, bf16)
-    model = make_model(w)
+    model = make_model(w, poison=False)
     x = np.ones((1, N), bf16)
     model.compile(x=x)
     model.load()
@@ -86,6 +86,33 @@ def test_weights_are_uploaded_once_and_reload_weights_uploads_them_again():
     assert float(model(x, pos=0)[0]) == 2 * float(before[0])
     with pytest.raises(KeyError, match="model has no weight 'nope' \\(weights: w\\)"):
         model.reload_weights("nope")
+
+
+@pytest.mark.parametrize("backend", ["reference", "sim"])
+def test_poison_mode_refuses_to_run_on_a_weight_changed_after_load(backend):
+    w, v = np.ones(N, bf16), np.ones(N, bf16)
+
+    @graph(backend=backend, poison=True)
+    def f(g, x):
+        return g(Mul(N), g(Mul(N), x, g.weight("w", w)), g.weight("v", v))
+
+    x = np.ones(N, bf16)
+    f.compile(x=x)
+    f.load()
+    assert float(f(x)[0]) == float(f(x)[0]) == 1.0  # unchanged weights run, call after call
+    w[3] = 5
+    v[...] = 2
+    with pytest.raises(
+        RuntimeError,
+        match=r"f: weight\(s\) 'w', 'v' changed in place after load\(\), so the device holds "
+        r"the old values; call f.reload_weights\('w', 'v'\) to upload them",
+    ):
+        f(x)
+    assert f.reload_weights("w") == w.nbytes
+    with pytest.raises(RuntimeError, match=r"weight\(s\) 'v' changed"):
+        f(x)
+    f.reload_weights()
+    np.testing.assert_array_equal(f(x).astype(np.float32), (w * v).astype(np.float32))
 
 
 def test_write_state_refuses_a_broadcast_or_a_cast():

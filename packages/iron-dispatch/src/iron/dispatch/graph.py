@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 
@@ -172,6 +173,7 @@ class GraphFunction:
         self._backend: Backend | None = None
         self._memory: Arena | None = None
         self._weights: dict[str, tuple] = {}  # name -> (storage key, array, offset, nbytes)
+        self._uploaded_crc: dict[tuple, int] = {}  # poison mode: storage key -> CRC-32 at upload
         self._states: dict[str, tuple] = {}  # name -> (offset, nbytes, dtype, shape)
 
     @property
@@ -329,7 +331,8 @@ class GraphFunction:
         pieces are: after an error the rest upload on the next call.
 
         Weights are uploaded once: a weight array changed in place after
-        `load` is not seen by later calls until `reload_weights`. Then
+        `load` is not seen by later calls until `reload_weights` (in poison
+        mode a call refuses to run on it: see `_check_weights`). Then
         every version's executable that has a ``ready()`` is waited for
         (the cpu backend's host kernels import while the weights upload)."""
         if isinstance(piece_bytes, bool) or not isinstance(piece_bytes, (int, np.integer)):
@@ -371,6 +374,8 @@ class GraphFunction:
                 if last:
                     self._memory.flush(name)
                     self._memory.loaded.add(key)
+                    if self.poison:
+                        self._uploaded_crc[key] = _crc32(self._weights[name][1])
                     uploaded += nbytes
         for version in self.versions.values():  # what loading the images started
             ready = getattr(version.executable, "ready", None)
@@ -455,7 +460,25 @@ class GraphFunction:
                 self.name,
             )
             self.load()
+        if self.poison:
+            self._check_weights()
         return version(arrays, values)
+
+    def _check_weights(self) -> None:
+        """Poison mode: refuse to run on weights changed in place since their
+        upload (the device would compute with the old ones), by each one's
+        CRC-32 (a pass over the weights per call: a debugging aid)."""
+        changed = [
+            name
+            for name, (key, array, _, _) in self._weights.items()
+            if key in self._uploaded_crc and _crc32(array) != self._uploaded_crc[key]
+        ]
+        if changed:
+            names = ", ".join(map(repr, changed))
+            raise RuntimeError(
+                f"{self.name}: weight(s) {names} changed in place after load(), so the device "
+                f"holds the old values; call {self.name}.reload_weights({names}) to upload them"
+            )
 
     def design_summary(self) -> str:
         """Over every version: how many steps run designs on the device and
@@ -475,6 +498,10 @@ class GraphFunction:
                 f"  {signature}: {len(version.runlist.steps)} steps; {version.report}{designs}"
             )
         return "\n".join(lines)
+
+
+def _crc32(array: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
 
 
 def _parameters(fn, name: str) -> tuple[list[str], list[str]]:
