@@ -64,6 +64,8 @@ README = Path(__file__).parents[1] / "README.md"
 BACKENDS = ("cpu", "reference")
 #: the stream: a bf16 matrix far larger than any cache
 STREAM_BYTES = 512 << 20
+#: stream samples taken before, between and after the sides
+STREAM_SAMPLES = 5
 #: transformers' sides (`--transformers`): name -> weight dtype
 HF_SIDES = {"transformers bf16": "bfloat16", "transformers float32": "float32"}
 HF_SIDE = Path(__file__).with_name("hf_side.py")
@@ -133,12 +135,6 @@ def paired_shares(model, token: int, per_token: int, rounds: int, stream_bytes: 
         rate = per_token / (time.perf_counter() - started)
         shares.append(rate / sample())
     return sorted(shares)
-
-
-def stream_bandwidth(nbytes: int = STREAM_BYTES, repeats: int = 5) -> list[float]:
-    """Bytes per second a 2-thread bf16 GEMV streams, `repeats` times."""
-    sample = stream_sampler(nbytes)
-    return [sample() for _ in range(repeats)]
 
 
 def stream_sampler(nbytes: int):
@@ -259,6 +255,7 @@ def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers,
     from iron.llama.config import LlamaConfig
 
     results, streams = {}, []
+    sample = stream_sampler(stream_bytes)  # one matrix for every sample taken here
     sides = ("oracle", *BACKENDS) if oracle else BACKENDS
     if transformers:
         vocab = LlamaConfig.from_file(directory).vocab_size
@@ -266,7 +263,7 @@ def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers,
         sides = (*sides, *HF_SIDES)
     for side in sides:
         out = work / f"{side.replace(' ', '-')}.npz"
-        streams += stream_bandwidth(stream_bytes)
+        streams += [sample() for _ in range(STREAM_SAMPLES)]
         common = ["--model-dir", str(directory), "--steps", str(steps),
                   "--tokens", str(work / "tokens.npy"), "--out", str(out)]  # fmt: skip
         if side in HF_SIDES:
@@ -279,7 +276,7 @@ def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers,
         subprocess.run(command, check=True)
         with np.load(out) as data:
             results[side] = (data["logits"], json.loads(str(data["figures"])))
-    streams += stream_bandwidth(stream_bytes)
+    streams += [sample() for _ in range(STREAM_SAMPLES)]
     expected = results[sides[0]][0]
     accuracy = {}
     for side in sides[1:]:

@@ -14,8 +14,9 @@ reference. A kernel module may define ``warm_up()``: it is called once,
 when the module is first imported. Compiling (or loading) an image
 starts those imports in a thread, so a JIT's import and compile (or cache
 load), seconds for numba, overlap the images' building and the weights'
-upload, whose copies and reads release the GIL; `CpuExecutable.ready`, which `GraphFunction.load` calls after the
-upload, waits for them, so they land in loading, not in the first call.
+upload, whose copies and reads release the GIL; `CpuExecutable.ready`,
+which `GraphFunction.load` calls after the upload, waits for them, so
+they land in loading, not in the first call.
 
 An operator may also name a kernel for several of its steps at once,
 ``host_steps = "iron.ops.gemm.host:gemv_steps"``, called as
