@@ -224,7 +224,7 @@ def _initial_value(buffer: LocalBuffer) -> str:
     value = buffer.initial_value
     if value is None:
         return ""
-    if buffer.dtype in ("bf16", "f32"):
+    if element_type(buffer.dtype).floating:
         return f" = dense<{float(value):e}>"
     return f" = dense<{value}>"
 

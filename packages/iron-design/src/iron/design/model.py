@@ -66,6 +66,11 @@ class ElementType:
     def block_float(self) -> bool:
         return self.values > 1
 
+    @property
+    def floating(self) -> bool:
+        """One float per element (bf16, f32); the rest are integers or blocks."""
+        return self.name in ("bf16", "f32")
+
 
 ELEMENT_TYPES = {
     t.name: t
@@ -579,17 +584,19 @@ class LocalBuffer:
             raise DesignError(f"{where} is an int or a float, got {value!r}")
         if kind.block_float:
             raise DesignError(f"{where}: {kind.name} holds blocks, not values to fill with")
-        if np.issubdtype(kind.numpy, np.integer):
+        if kind.floating:
+            if not abs(value) <= (largest := float(ml_dtypes.finfo(kind.numpy).max)):
+                raise DesignError(
+                    f"{where} must be a finite {kind.name} (|value| <= {largest:.4g}), "
+                    f"got {value!r}"
+                )
+        else:
             info = np.iinfo(kind.numpy)
             if not isinstance(value, int) or not info.min <= value <= info.max:
                 raise DesignError(
                     f"{where} must be an int in [{info.min}, {info.max}] for {kind.name}, "
                     f"got {value!r}"
                 )
-        elif not abs(value) <= (largest := float(ml_dtypes.finfo(kind.numpy).max)):
-            raise DesignError(
-                f"{where} must be a finite {kind.name} (|value| <= {largest:.4g}), got {value!r}"
-            )
 
     @property
     def nbytes(self) -> int:

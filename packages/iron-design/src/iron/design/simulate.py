@@ -85,13 +85,13 @@ import numpy as np
 
 from iron.core.spec import Direction
 from iron.design.model import (
-    ELEMENT_TYPES,
     TAP,
     Acquire,
     Buf,
     Call,
     Design,
     Drain,
+    ElementType,
     Fill,
     Finish,
     Link,
@@ -296,13 +296,14 @@ class Lock:
         return f"the {self.kind} lock of fifo {self.fifo} at {self.where}"
 
 
-def _garbage(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def _garbage(shape: tuple[int, ...], kind: ElementType) -> np.ndarray:
     """Memory as a core or memtile finds it: not cleared. NaN for bf16 and
     f32, every byte 0x5A for the rest, so a design that reads what it has not
     written gets a result that cannot pass for right."""
-    if dtype in (ELEMENT_TYPES["bf16"].numpy, ELEMENT_TYPES["f32"].numpy):
-        return np.full(shape, np.nan, dtype)
-    return np.full((*shape, dtype.itemsize), 0x5A, np.uint8).view(dtype).reshape(shape)
+    if kind.floating:
+        return np.full(shape, np.nan, kind.numpy)
+    raw = np.full((*shape, kind.numpy.itemsize), 0x5A, np.uint8)
+    return raw.view(kind.numpy).reshape(shape)
 
 
 class Pool:
@@ -310,7 +311,7 @@ class Pool:
 
     def __init__(self, where: str, tile: Tile, depth: int, fifo: ObjectFifo, parts):
         self.where, self.tile, self.depth = where, tile, depth
-        self.slots = _garbage((depth, *fifo.shape), fifo.element.numpy)
+        self.slots = _garbage((depth, *fifo.shape), fifo.element)
         self.flat = self.slots.reshape(depth, -1)
         self.parts = [Part(self, *part) for part in parts]
         self.slot_locks: list[tuple[Lock, Lock]] = []  # a programmed pool's, per slot
@@ -512,7 +513,7 @@ class WorkerRun:
         self.label = f"worker {worker.name} at {worker.tile}"
         self.held = {fifo: collections.deque() for fifo in ports}
         self.buffers = {
-            b.name: _garbage(b.shape, element_type(b.dtype).numpy)
+            b.name: _garbage(b.shape, element_type(b.dtype))
             if b.initial_value is None
             else np.full(b.shape, b.initial_value, element_type(b.dtype).numpy)
             for b in worker.buffers
