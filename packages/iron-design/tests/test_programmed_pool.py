@@ -311,9 +311,8 @@ def test_a_pool_the_dialect_cannot_drive_is_refused_by_name(npu2):
         to_mlir(attrs.evolve(design, workers=(attrs.evolve(design.workers[0], body=body),)))
 
 
-def test_two_pools_on_one_memtile_take_its_highest_channels_in_turn(npu2, tmp_path):
-    """The ObjectFifo lowering takes each tile's lowest free channels, so the
-    channels the runtime drives count down from the last."""
+def two_pools(device):
+    """Two programmed pools on one memtile, both feeding one worker."""
     kernel = add_one_body(SLOT)[2].kernel
     body = (
         Acquire("a"),
@@ -324,9 +323,9 @@ def test_two_pools_on_one_memtile_take_its_highest_channels_in_turn(npu2, tmp_pa
         Release("b"),
         Release("out"),
     )
-    design = Design(
+    return Design(
         "two_pools",
-        npu2,
+        device,
         tensors=(Tensor("x", SLOT, "i32", IN), Tensor("y", SLOT, "i32", OUT)),
         fifos=(
             ObjectFifo("a_slots", SLOT, "i32", shim(0), (memtile("pool_a", depth=1),)),
@@ -342,6 +341,12 @@ def test_two_pools_on_one_memtile_take_its_highest_channels_in_turn(npu2, tmp_pa
         ),
         sequence=(Fill("a_slots", "x"), Drain("out", "y")),
     )
+
+
+def test_two_pools_on_one_memtile_take_its_highest_channels_in_turn(npu2, tmp_path):
+    """The ObjectFifo lowering takes each tile's lowest free channels, so the
+    channels the runtime drives count down from the last."""
+    design = two_pools(npu2)
     checks = f"""
 CHECK-DAG: %[[SHIM:{V}]] = aie.tile(0, 0)
 CHECK-DAG: %[[MEM:{V}]] = aie.tile(0, 1)
