@@ -90,10 +90,20 @@ def test_smaller_destination_objects_take_each_slot_in_pieces(npu2):
 def test_the_pool_fits_and_takes_a_lock_pair_per_slot(npu2):
     design = replay(npu2)
     assert check(design).ok
-    memtile_use = next(u for u in usage(design).values() if u.kind == "memtile")
+    used = usage(design)
+    memtile_use = used[Tile(0, 1)]
     assert memtile_use.lock_count == 2 * SLOTS
     assert [c.bds for c in memtile_use.channels] == [SLOTS, SLOTS]  # the chains pushed
     assert memtile_use.memory_bytes == SLOTS * SLOT * 4
+    # one numbering: the channels the emitter names are the ones counted, and
+    # an odd channel's runtime BDs are counted in the odd bank
+    top = npu2.memtile_dma_channels - 1
+    assert [(c.direction, c.index) for c in memtile_use.channels] == [("MM2S", top), ("S2MM", top)]
+    assert memtile_use.banks == (0, 2 * SLOTS)
+    shim_channels = {(c.direction, c.index, c.fifo) for c in used[Tile(0, 0)].channels}
+    assert shim_channels == {("MM2S", npu2.shim_dma_channels - 1, "slots"), ("S2MM", 0, "out")}
+    core_channels = {(c.direction, c.index, c.fifo) for c in used[Tile(0, 2)].channels}
+    assert core_channels == {("S2MM", npu2.core_dma_channels - 1, "in"), ("MM2S", 0, "out")}
 
 
 def test_check_names_each_broken_pool_limit(npu2):
