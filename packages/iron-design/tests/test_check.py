@@ -334,8 +334,21 @@ def test_tasks_queued_per_shim_channel(npu1):
         Tile(0, 0), f"transfer {depth} (fill in from x)", "tasks queued on the channel",
         depth + 1, depth,
     )  # fmt: skip
-    # a finished group frees its tasks
-    assert check(_fills(npu1, 2 * depth, finish_every=depth)).ok
+    # a finished group shows its tasks done only if it waited for something
+    # that needs them (a drain the fills feed)
+    (v,) = check(_fills(npu1, 2 * depth, finish_every=depth)).violations
+    assert (v.rule, v.found) == ("tasks queued on the channel", depth + 1)
+    design = _fills(npu1, 2 * depth)
+    fills = design.sequence[: 2 * depth]
+    half = TAP.linear(8 * depth)
+    drained = attrs.evolve(
+        design,
+        sequence=(
+            *fills[:depth], Drain("out", "y", half), Finish(),
+            *fills[depth:], Drain("out", "y", attrs.evolve(half, offset=8 * depth)),
+        ),
+    )  # fmt: skip
+    assert check(drained).ok
 
 
 def test_tasks_live_per_shim_tile(npu1):

@@ -336,8 +336,8 @@ def _sequence(lowered: Lowered):
                 device.bd_ids_per_shim,
                 detail="each task holds a BD id until it is awaited or freed",
             )
-    for overflow in runtime.overflows:
-        item = runtime.task(overflow.index)
+    for overflow in {o.channel: o for o in reversed(runtime.overflows)}.values():
+        item = runtime.task(overflow.index)  # the first push each channel may lose
         channel = config.channels[overflow.channel]
         yield _reporter(design, channel.tile, item.subject)(
             "tasks queued on the channel",
@@ -345,7 +345,7 @@ def _sequence(lowered: Lowered):
             device.task_queue_depth,
             detail=f"{channel.direction} {channel.index} of fifo {channel.fifo} queues "
             f"{device.task_queue_depth} tasks and none before this one on it is waited, so "
-            "nothing shows there is room; on hardware the push would be lost",
+            "nothing shows there is room; on hardware the push may be lost",
         )
     for misorder in runtime.misorders:
         task, taken = runtime.task(misorder.task), runtime.task(misorder.taken)

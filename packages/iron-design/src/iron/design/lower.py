@@ -969,9 +969,10 @@ class _Sequence:
       `npu.push_queue`). So before such a push the sequence here awaits the
       channel's oldest task that issues a token, which proves it and every
       task before it done; with none to await the push may be lost, which
-      `check` reports. A finished group's tasks are taken as done (their
-      waited tasks depend on them), as are a programmed pool's pushes, which
-      never issue a token.
+      `check` reports. The tasks of a finished group that has a waited task
+      are taken as done (that task depends on them: a drain waits for the
+      fills that feed it), a programmed pool's pushes included, which never
+      issue a token; a group with no waited task proves nothing done.
     """
 
     def __init__(self, builder: _Builder):
@@ -1102,10 +1103,13 @@ class _Sequence:
             item = self.tasks[task]
             if isinstance(item, Task) and item.statement.wait and task in self.tokens[item.channel]:
                 self._await(task, at, group)
+        waited = any(
+            isinstance(self.tasks[t], Task) and self.tasks[t].statement.wait for t in members
+        )
         for task in members:
             item = self.tasks[task]
             queue = self.queued[item.channel]
-            if task in queue:
+            if waited and task in queue:
                 queue.remove(task)
             self.ops.append(Free(task, at))
             self._release_ids(task)
