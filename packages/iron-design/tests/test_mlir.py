@@ -329,7 +329,17 @@ def test_narrower_devices_take_their_column_variant(device, spelled, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "dtype, mlir", [("bf16", "bf16"), ("f32", "f32"), ("i8", "i8"), ("i16", "i16"), ("u8", "ui8")]
+    "dtype, mlir",
+    [
+        ("bf16", "bf16"),
+        ("f32", "f32"),
+        ("i8", "i8"),
+        ("i16", "i16"),
+        ("i32", "i32"),
+        ("u8", "ui8"),
+        ("u16", "ui16"),  # python/helpers/util.py: np.uint16 -> T.ui16
+        ("u32", "ui32"),
+    ],
 )
 def test_element_types_are_spelled_as_mlir_aie_maps_them(dtype, mlir, npu1, tmp_path):
     text = to_mlir(passthrough(npu1, n=4096, tile=1024, dtype=dtype))

@@ -67,6 +67,11 @@ def ints(*shape) -> np.ndarray:
     [
         ("i32", ints),
         ("i8", lambda n: rng.integers(-128, 128, n, dtype=np.int8)),
+        ("i16", lambda n: rng.integers(-(2**15), 2**15, n, dtype=np.int16)),
+        ("u8", lambda n: rng.integers(0, 256, n, dtype=np.uint8)),
+        ("u16", lambda n: rng.integers(0, 2**16, n, dtype=np.uint16)),
+        ("u32", lambda n: rng.integers(0, 2**32, n, dtype=np.uint32)),
+        ("f32", lambda n: rng.standard_normal(n).astype(np.float32)),
         ("bf16", lambda n: rng.standard_normal(n).astype(ml_dtypes.bfloat16)),
     ],
 )
