@@ -748,7 +748,8 @@ def test_one_worker_per_tile(npu1):
 
 def test_more_workers_than_cores_is_a_violation():
     narrow = Device.from_name("npu1", columns=1)
-    (v,) = check(split_join(narrow, workers=narrow.cores + 1, n=256 * 5)).violations
+    design = split_join(Device.from_name("npu1"), workers=narrow.cores + 1, n=256 * 5)
+    (v,) = check(attrs.evolve(design, device=narrow)).violations
     assert (v.rule, v.found, v.limit) == ("workers", narrow.cores + 1, narrow.cores)
 
 
