@@ -624,12 +624,8 @@ def _calls(device, *args, buffers=(), params=()):
     return [v for v in check(design).violations if v.subject == "kernel copy"]
 
 
-def test_kernel_calls_match_the_signature(npu1):
+def test_kernel_calls_pass_objects_they_hold(npu1):
     assert _calls(npu1, Obj("in"), Obj("out")) == []
-    (v,) = _calls(npu1, Obj("in"))
-    assert (v.tile, v.rule, v.found, v.limit) == (Tile(0, 2), "arguments", 1, 2)
-    (v,) = _calls(npu1, 3, Obj("out"))
-    assert (v.rule, v.found, v.limit) == ("argument 0", "int", "a memref<8xi32>")
     (v,) = _calls(npu1, Obj("in"), Obj("out", 1))
     assert (v.rule, v.found, v.limit) == ("argument 1 object", 1, "1 held")
 
@@ -671,8 +667,8 @@ def test_kernel_scalars_take_ints_and_params(npu1):
         return [v for v in check(design).violations if v.subject == "kernel scale"]
 
     assert run(3) == [] and run(Param("factor")) == []
-    (v,) = run(Obj("in"))
-    assert (v.rule, v.found, v.limit) == ("argument 2", "Obj", "a Scalar")
+    with pytest.raises(DesignError, match="argument 2 is a scalar"):
+        run(Obj("in"))
 
 
 # ---- block floats ----------------------------------------------------------------------

@@ -212,15 +212,38 @@ def test_the_tiny_design_is_well_formed(npu1):
             {"workers": (Worker("w", (Loop(Param("n"), (Acquire("in"),)),)),)},
             "uses parameter 'n', which the design does not declare",
         ),
-        (
-            {"workers": (Worker("w", (Call(add_one_kernel(8), (Obj("in"), 3.5)),)),)},
-            "argument 3.5 is not an Obj, Buf, Param or int",
-        ),
     ],
 )
 def test_malformed_designs_name_what_is_wrong(npu1, changes, message):
     with pytest.raises(DesignError, match=message):
         _tiny(npu1, **changes)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((Obj("in"), Obj("out")), "kernel add_one_i32 takes 3 arguments, called with 2"),
+        (
+            (Obj("in"), 5, 8),
+            r"argument 1 is a buffer \(memref<8xi32>\): an acquired object \(Obj\) or a core "
+            r"buffer \(Buf\), got 5",
+        ),
+        (
+            (Obj("in"), Obj("out"), 3.5),
+            r"argument 2 is a scalar \(i32\): an int or a Param, got 3.5",
+        ),
+        (
+            (Obj("in"), Obj("out"), True),
+            r"argument 2 is a scalar \(i32\): an int or a Param, got True",
+        ),
+        ((Obj("in"), Obj("out"), Obj("in")), r"argument 2 is a scalar \(i32\)"),
+    ],
+)
+def test_a_call_that_does_not_fit_its_kernel_is_refused_when_built(args, message):
+    """The argument count and kinds are the call's own: checked once, where
+    the call is built, so check, the emitter and the simulator never meet them."""
+    with pytest.raises(DesignError, match=message):
+        Call(add_one_kernel(8), args)
 
 
 @pytest.mark.parametrize(

@@ -336,24 +336,10 @@ def test_a_kernel_model_that_raises(npu1):
     assert isinstance(error.value.__cause__, FloatingPointError)
 
 
-def test_a_kernel_call_with_the_wrong_number_of_arguments(npu1):
-    body = (
-        Acquire("in"),
-        Acquire("out"),
-        Call(examples.add_one_kernel(1024), (Obj("in"), Obj("out"))),
-    )
-    with pytest.raises(
-        KernelError,
-        match=re.escape(
-            "design one_worker: worker adder, iteration 1: call 1 of 1 (add_one_i32) passes 2 "
-            "arguments; the kernel takes 3"
-        ),
-    ):
-        simulate(one_worker(npu1, body), {"x": X})
-
-
 def test_a_model_whose_signature_does_not_fit_the_kernel(npu1):
-    unfit = attrs.evolve(kernel(running_sum_model, 1024), model=examples.add_one_model)
+    unfit = attrs.evolve(
+        kernel(running_sum_model, 1024, scalar=False), model=examples.add_one_model
+    )
     body = (Acquire("in"), Acquire("out"), Call(unfit, (Obj("in"), Obj("out"), Obj("in"))))
     with pytest.raises(KernelError, match="raised TypeError"):
         simulate(one_worker(npu1, body), {"x": X})

@@ -52,9 +52,9 @@ Each `Violation` prints as one line,
   1..`max_repeat_count` and its BDs' acquire and release values in
   1..`max_lock_value`; each `SetLock` in 0..`max_lock_value`.
 - barriers: values set, waited for and released in 0..`max_lock_value`.
-- kernel calls: the kernel's argument count; a Memref argument takes an
-  acquired object or a core buffer of its element type and count; a Scalar
-  takes an int or a Param.
+- kernel calls: a Memref argument takes an acquired object (held where
+  called) or a core buffer of its element type and count (the argument
+  count and kinds are refused when the Call is built).
 - block-float element types (tensors, fifos, core buffers, kernel
   arguments) only where `device.block_float`.
 
@@ -101,11 +101,9 @@ from iron.design.model import (
     Loop,
     Memref,
     Obj,
-    Param,
     PoolTask,
     Release,
     ReleaseBarrier,
-    Scalar,
     SetBarrier,
     SetLock,
     Tile,
@@ -755,30 +753,15 @@ def _ops(design: Design, fifos, worker, core, body: tuple[CoreOp, ...]):
 
 
 def _call(design: Design, fifos, worker, lowered: CoreOp):
+    """A call's buffers: an object held, or a core buffer, of the kernel's
+    element type and count (the argument count and kinds are the Call's
+    own: it cannot be built with them wrong)."""
     call = lowered.op
     kernel = call.kernel
     v = _reporter(design, worker.tile, f"kernel {kernel.symbol}")
-    if len(call.args) != len(kernel.args):
-        yield v(
-            "arguments",
-            len(call.args),
-            len(kernel.args),
-            "!=",
-            detail=f"worker {worker.name} calls it with {len(call.args)}",
-        )
     buffers = {b.name: b for b in worker.buffers}
     for position, (arg, want) in enumerate(zip(call.args, kernel.args)):
         what = f"argument {position}"
-        if isinstance(want, Scalar):
-            if not isinstance(arg, (int, Param)):
-                yield v(
-                    what,
-                    type(arg).__name__,
-                    "a Scalar",
-                    "passed for",
-                    detail="scalars take an int or a Param",
-                )
-            continue
         if isinstance(arg, Obj):
             fifo = fifos[arg.fifo]
             dtype, size = fifo.dtype, fifo.size
@@ -794,13 +777,6 @@ def _call(design: Design, fifos, worker, lowered: CoreOp):
         elif isinstance(arg, Buf):
             dtype, size = buffers[arg.name].dtype, math.prod(buffers[arg.name].shape)
         else:
-            yield v(
-                what,
-                type(arg).__name__,
-                f"a {want}",
-                "passed for",
-                detail="buffers take an acquired object (Obj) or a core buffer (Buf)",
-            )
             continue
         if dtype != want.dtype:
             yield v(f"{what} element type", dtype, want.dtype, "!=")

@@ -658,10 +658,6 @@ class _Core:
         call = lowered.op
         kernel = call.kernel
         where = f"{self.where}: call of {kernel.symbol}"
-        if len(call.args) != len(kernel.args):
-            raise DesignError(
-                f"{where}: {len(call.args)} arguments for {len(kernel.args)} parameters"
-            )
         lines, operands = [], []
         for index, (arg, param) in enumerate(zip(call.args, kernel.args)):
             what = f"{where}: argument {index}"
@@ -674,11 +670,9 @@ class _Core:
                 value = self._value()
                 lines.append(self.printer.read_param(value, arg.name))
                 operands.append(value)
-            elif isinstance(arg, int):
+            else:
                 type_ = _scalar_type(param.dtype)
                 operands.append(self._constant(_signless(arg, param.dtype), type_))
-            else:
-                raise DesignError(f"{what}: the kernel takes a scalar ({param.dtype}), got {arg!r}")
         types = self.printer._signature(kernel)
         lines.append(f"func.call @{kernel.symbol}({', '.join(operands)}) : ({types}) -> ()")
         return lines
@@ -687,8 +681,6 @@ class _Core:
         if isinstance(arg, Buf):
             buffer = next(b for b in self.worker.buffers if b.name == arg.name)
             return _buffer_value(self.worker, buffer), buffer.shape, buffer.dtype
-        if not isinstance(arg, Obj):
-            raise DesignError(f"{what}: the kernel takes a buffer ({param}), got {arg!r}")
         if self.core.end(arg.fifo).programmed:
             return self._pool_object(arg, lines)
         subview, acquired = subviews.get(arg.fifo, (None, 0))

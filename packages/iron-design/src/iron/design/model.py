@@ -749,14 +749,34 @@ class Release:
 
 @attrs.frozen
 class Call:
-    """Call `kernel` on acquired objects, core buffers, parameters and ints."""
+    """Call `kernel` on acquired objects, core buffers, parameters and ints:
+    one per argument, a buffer (Obj or Buf) for a Memref, an int (in the
+    scalar type's range) or a Param for a Scalar."""
 
     kernel: Kernel
     args: tuple[CallArg, ...] = attrs.field(converter=_as_ints)
 
     def __attrs_post_init__(self) -> None:
+        symbol = self.kernel.symbol
+        if len(self.args) != len(self.kernel.args):
+            raise DesignError(
+                f"kernel {symbol} takes {len(self.kernel.args)} arguments, called with "
+                f"{len(self.args)}"
+            )
         for position, (arg, want) in enumerate(zip(self.args, self.kernel.args)):
-            if isinstance(want, Scalar) and isinstance(arg, int) and not isinstance(arg, bool):
+            if isinstance(want, Memref) and not isinstance(arg, (Obj, Buf)):
+                raise DesignError(
+                    f"kernel {symbol} argument {position} is a buffer ({want}): an acquired "
+                    f"object (Obj) or a core buffer (Buf), got {arg!r}"
+                )
+            if isinstance(want, Scalar) and (
+                isinstance(arg, bool) or not isinstance(arg, (int, Param))
+            ):
+                raise DesignError(
+                    f"kernel {symbol} argument {position} is a scalar ({want.dtype}): an int or a "
+                    f"Param, got {arg!r}"
+                )
+            if isinstance(want, Scalar) and isinstance(arg, int):
                 low, high = element_type(want.dtype).value_range
                 require_int(f"kernel {self.kernel.symbol} argument {position}", arg, low, high)
             if isinstance(want, Scalar) and isinstance(arg, Param) and want.dtype != "i32":
@@ -1130,10 +1150,6 @@ def _check_structure(design: Design) -> None:
                         )
                     if isinstance(arg, Param):
                         _known_param(design, where, arg)
-                    if not isinstance(arg, (Obj, Buf, Param, int)) or isinstance(arg, bool):
-                        raise DesignError(
-                            f"{where}: {op.kernel.symbol} argument {arg!r} is not an Obj, Buf, Param or int"
-                        )
 
     for index, statement in enumerate(design.sequence):
         where = f"design {name}: sequence[{index}]"

@@ -144,7 +144,7 @@ class WorkerError(SimulationError):
 
 
 class KernelError(WorkerError):
-    """A kernel call with the wrong number of arguments, or whose model raised."""
+    """A kernel call whose model raised."""
 
 
 @attrs.frozen
@@ -865,11 +865,6 @@ class WorkerRun:
     def _call(self, lowered: CoreOp) -> None:
         call = lowered.op
         kernel = call.kernel
-        if len(call.args) != len(kernel.args):
-            raise KernelError(
-                f"{self._call_text(lowered)} passes {len(call.args)} arguments; "
-                f"the kernel takes {len(kernel.args)}"
-            )
         args = [self._argument(lowered, i, arg) for i, arg in enumerate(call.args)]
         try:
             kernel.model(*args)
