@@ -812,3 +812,36 @@ def test_one_symbol_with_two_signatures_is_refused(npu1):
     wide = attrs.evolve(first, body=_calls_to(add_one_kernel(512), first))
     with pytest.raises(DesignError, match="two kernels are named add_one_i32"):
         to_mlir(attrs.evolve(design, workers=(wide, *design.workers[1:])))
+
+
+def test_one_depth_for_every_endpoint_is_written_as_one_number(npu1, tmp_path):
+    """mlir-aie's ObjectFifo writes one depth when every handle has it
+    (`ObjectFifo._get_depths`), and the lowering then sizes a core's pool by
+    its acquires (`findObjectFifoSize`); depths that differ stay a list."""
+    design = add_one(npu1)
+    one = f"""
+CHECK: aie.objectfifo @in(%{{{{{V}}}}}, {{%{{{{{V}}}}}}}, 2 : i32) : !aie.objectfifo<memref<1024xi32>>
+"""
+    assert_matches(to_mlir(design), one, tmp_path)
+    fifos = (attrs.evolve(design.fifos[0], consumers=(core("adder", depth=3),)), design.fifos[1])
+    differing = attrs.evolve(design, fifos=fifos)
+    per_endpoint = f"""
+CHECK: aie.objectfifo @in(%{{{{{V}}}}}, {{%{{{{{V}}}}}}}, [2 : i32, 3 : i32]) : !aie.objectfifo<memref<1024xi32>>
+"""
+    assert_matches(to_mlir(differing), per_endpoint, tmp_path)
+    assert_differs(to_mlir(differing), one, tmp_path)
+
+
+def test_an_aggregating_forward_is_a_link_of_two_sizes(npu1, tmp_path):
+    """A forward whose destination objects are larger than its source's: the
+    link is written as any forward, the object types saying the rest."""
+    design = passthrough(npu1, n=4096, tile=256)
+    big = attrs.evolve(design.fifos[1], shape=(1024,))
+    design = attrs.evolve(design, fifos=(design.fifos[0], big))
+    assert check(design).ok
+    checks = f"""
+CHECK:      aie.objectfifo @in(%[[SHIM:{V}]], {{%[[MEM:{V}]]}}, 2 : i32) : !aie.objectfifo<memref<256xi32>>
+CHECK-NEXT: aie.objectfifo @out(%[[MEM]], {{%[[SHIM]]}}, 2 : i32) : !aie.objectfifo<memref<1024xi32>>
+CHECK-NEXT: aie.objectfifo.link [@in] -> [@out]([] [])
+"""
+    assert_matches(to_mlir(design), checks, tmp_path)

@@ -596,18 +596,20 @@ class ObjectFifo:
 class Link:
     """A memtile link: objects of the `sources` fifos become objects of the
     `destinations` fifos. One to one is a forward; one to many a split (each
-    destination takes its slice of the source object from its offset); many
-    to one a join (each source lands at its offset of the destination
-    object). Offsets count elements of the larger object.
+    destination takes its lane of the source object); many to one a join
+    (each source fills its lane of the destination object). Offsets count
+    elements of the larger object, rising in the order the fifos are listed.
 
-    As mlir-aie lowers it, the memtile fills (split) or empties (join) the
-    larger object one slice per small fifo, in the order listed, so the i-th
-    piece of the stream is the i-th small fifo's slice whatever the offsets;
-    offsets place the slices in the memtile's buffer.
+    As mlir-aie lowers it (`link_lanes`), lane i spans its offset up to the
+    next one (the last lane: to the end of the larger object), one BD per
+    lane, so a lane's span is a whole number of its fifo's objects: a gap
+    after a lane's object is more of its objects, and only elements before
+    the first offset are never moved.
 
-    A forward's destination objects may be smaller than its source's (they
-    divide them): the memtile sends each source object whole, in one BD,
-    and the consumers take it in destination objects.
+    A forward's objects are whole multiples of one another: the memtile pool
+    holds the larger ones and moves them whole on both channels, so smaller
+    destination objects split a source object, and larger ones gather
+    several source objects.
 
     A `programmed` forward is a pool the runtime drives: its memtile DMAs
     run no chain of their own. Each slot (source object) has its own
