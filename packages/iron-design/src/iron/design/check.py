@@ -287,8 +287,10 @@ def _tiles(lowered: Lowered):
             )
     taken = Counter(c.key for c in config.channels)
     for channel in config.channels:
-        subject = f"fifo {channel.fifo} at {channel.end}"
-        v = _reporter(design, channel.tile, subject)
+        v = _reporter(design, channel.tile, f"fifo {channel.fifo} at {channel.end}")
+        # an end beyond the tile's channels is counted above; a pinned one, or
+        # a spilled pool's end held to channels 0..3, is named here
+        restricted = channel.limit < device.limits(channel.kind).dma_channels
         if channel.pinned and taken[channel.key] > 1:
             yield v(
                 f"pinned {channel.direction} channel",
@@ -297,23 +299,16 @@ def _tiles(lowered: Lowered):
                 "is",
                 detail="no two ends of a tile share a DMA channel",
             )
-        elif channel.index >= channel.limit and (
-            channel.pinned or channel.limit < _limit(design, channel)
-        ):
+        elif channel.index >= channel.limit and (channel.pinned or restricted):
             yield v(
                 f"{channel.direction} channel",
                 channel.index,
                 f"0..{channel.limit - 1}",
                 "outside",
-                detail="a spilled pool's memtile ends reach its neighbour only through channels "
-                f"0..{channel.limit - 1}"
-                if channel.limit < _limit(design, channel)
+                detail="a spilled pool's memtile ends reach its neighbour only through these"
+                if restricted
                 else f"a {channel.kind} tile has {channel.limit} per direction",
             )
-
-
-def _limit(design: Design, channel) -> int:
-    return design.device.limits(channel.kind).dma_channels
 
 
 def _bd_text(channels) -> str:

@@ -287,8 +287,7 @@ class Configuration:
     """What the device image holds. Everything here is fixed for the life of
     a loaded image; the runtime sequence only moves data through it."""
 
-    device_name: str
-    columns: int
+    device: str  # its key: name, arch, columns x rows
     tiles: tuple[Tile, ...]
     pools: tuple[Pool, ...]
     locks: tuple[Lock, ...]
@@ -505,6 +504,7 @@ def link_repeat(design: Design, link: Link) -> int:
 
 
 def max_acquire(worker, fifo: str) -> int:
+    """The most objects of `fifo` any acquire of `worker` asks for."""
     return max(
         (op.n for op in walk(worker.body) if isinstance(op, Acquire) and op.fifo == fifo), default=0
     )
@@ -582,8 +582,7 @@ class _Builder:
         }
         tiles |= {w.tile for w in design.workers} | {k.tile for k in design.links}
         return Configuration(
-            self.device.name,
-            self.device.columns,
+            self.device.key,
             tuple(sorted(tiles)),
             tuple(self.pools),
             tuple(self.locks),
