@@ -89,6 +89,7 @@ from iron.design.lower import (
     Lowered,
     endpoint_tile,
     lower,
+    transfer_unit,
 )
 from iron.design.model import (
     Acquire,
@@ -471,27 +472,6 @@ def _transfers(lowered: Lowered):
                 "not a multiple of",
                 detail=f"fifo {fifo.name}'s other end moves {unit} per object",
             )
-
-
-def transfer_unit(lowered: Lowered, task) -> int:
-    """Elements a runtime task's fifo moves per object at its other end(s):
-    a task moves whole ones. A fill feeds every consumer's channel; a drain
-    takes what the producer's channel sends (a repeated object once)."""
-    config = lowered.configuration
-    fifo = lowered.design.fifo(task.statement.fifo)
-    stream = next(s for s in config.streams if s.fifo == fifo.name)
-    ends = stream.sinks if isinstance(task.statement, Fill) else (stream.source,)
-    unit = 1
-    for index in ends:
-        channel = config.channels[index]
-        if channel.driver == "static":
-            lanes = {bd.lane: bd.length for bd in channel.chain if bd.slot == 0}
-            unit = math.lcm(unit, sum(lanes.values()))
-        elif channel.driver == "pool":
-            unit = math.lcm(unit, config.pools[channel.pool].size)
-        else:
-            unit = math.lcm(unit, fifo.size)
-    return unit
 
 
 def _reorders(lowered: Lowered):

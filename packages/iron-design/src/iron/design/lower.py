@@ -448,6 +448,27 @@ def lower(design: Design) -> Lowered:
     return Lowered(design, configuration, builder.runtime())
 
 
+def transfer_unit(lowered: Lowered, task: Task) -> int:
+    """Elements a runtime task's fifo moves per object at its other end(s):
+    a task moves whole ones. A fill feeds every consumer's channel; a drain
+    takes what the producer's channel sends (a repeated object once)."""
+    config = lowered.configuration
+    fifo = lowered.design.fifo(task.statement.fifo)
+    stream = next(s for s in config.streams if s.fifo == fifo.name)
+    ends = stream.sinks if isinstance(task.statement, Fill) else (stream.source,)
+    unit = 1
+    for index in ends:
+        channel = config.channels[index]
+        if channel.driver == "static":
+            lanes = {bd.lane: bd.length for bd in channel.chain if bd.slot == 0}
+            unit = math.lcm(unit, sum(lanes.values()))
+        elif channel.driver == "pool":
+            unit = math.lcm(unit, config.pools[channel.pool].size)
+        else:
+            unit = math.lcm(unit, fifo.size)
+    return unit
+
+
 def endpoint_tile(design: Design, endpoint: Endpoint) -> Tile:
     """The tile an endpoint of the placed `design` sits on."""
     if endpoint.kind == "core":

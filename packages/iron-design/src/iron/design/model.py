@@ -478,7 +478,8 @@ class Endpoint:
     """One end of an object fifo: the runtime through a shim tile, a memtile
     link, or a core worker (by name). `depth` overrides the fifo's depth for
     this endpoint's buffer pool; `dims_from_stream` (consumers) says where
-    the stream's elements land in the object."""
+    the stream's elements land in the object; `channel` pins the DMA channel
+    the end takes on its tile (else the lowering takes the lowest free one)."""
 
     kind: str  # shim | memtile | core
     name: str = ""  # the link or worker
@@ -535,7 +536,9 @@ class ObjectFifo:
     one or more consumers (a broadcast). `dims_to_stream` is the order in
     which the producer's DMA reads an object; `repeat_count` sends each
     object that many times; `iter_count` stops a memtile fifo's DMA after
-    that many passes over its objects."""
+    that many passes over its objects. The pools each end gets are sized
+    from the depths as mlir-aie sizes them: one depth for every end lets a
+    core's pool be its largest acquire plus one (`iron.design.lower`)."""
 
     name: str
     shape: tuple[int, ...] = attrs.field(converter=_shape)

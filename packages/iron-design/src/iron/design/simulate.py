@@ -80,6 +80,7 @@ from iron.design.lower import (
     Start,
     Task,
     lower,
+    transfer_unit,
 )
 from iron.design.model import (
     TAP,
@@ -356,8 +357,6 @@ def _check_bounds(where: str, walk: Walk, extent: int, what: str) -> None:
 
 def _tasks(lowered: Lowered, params) -> dict[int, SimTask]:
     """Each runtime task's walk over its tensor, checked before the run."""
-    from iron.design.check import transfer_unit
-
     design = lowered.design
     device = design.device
     for overflow in lowered.runtime.overflows:

@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import attrs
 
-from iron.design.lower import MM2S, S2MM, Lowered, MemoryItem, lower
+from iron.design.lower import MM2S, S2MM, Free, Lowered, MemoryItem, Start, lower
 from iron.design.model import Design, Tile
 
 __all__ = ["MM2S", "S2MM", "Channel", "Locks", "MemoryItem", "TileUsage", "tile_usage", "usage"]
@@ -172,8 +172,6 @@ def _pool_bds_live(lowered: Lowered):
     half = lowered.design.device.memtile_bds // 2
     pushes = {p.index: p for p in runtime.pushes}
     live: dict[Tile, set[int]] = defaultdict(set)
-    from iron.design.lower import Free, Start
-
     for op in runtime.ops:
         if isinstance(op, Start) and op.task in pushes:
             push = pushes[op.task]
