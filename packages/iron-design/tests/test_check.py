@@ -752,3 +752,15 @@ def test_more_workers_than_cores_is_a_violation():
 def test_reports_are_values(npu1):
     report = check(add_one(npu1))
     assert report == Report("add_one", ()) and report.ok
+
+
+def test_links_repeat_only_as_mlir_aies_lowering_can(npu1):
+    design = split_join(npu1, workers=2, n=2048)
+    unequal = _with_fifo(design, "in0", repeat_count=2)
+    (v,) = check(unequal).violations
+    assert (v.subject, v.rule, v.found) == ("link scatter", "destination repeat_counts", "2, 1")
+    alike = _with_fifo(unequal, "in1", repeat_count=2)
+    assert [v for v in check(alike).violations if v.subject == "link scatter"] == []
+    (v,) = [v for v in check(_with_fifo(design, "out", repeat_count=2)).violations
+            if v.subject == "link gather"]  # fmt: skip
+    assert (v.rule, v.found) == ("destination repeat_count", 2)

@@ -40,6 +40,8 @@ Each `Violation` prints as one line,
   at most `bd_dims` dimensions, the same wrap, stride and granule rules
   with every stride positive and every wrap limited, as many elements as the
   BD they order, and no element outside it.
+- links: a split's destinations repeated alike, a join's destination not
+  repeated (what mlir-aie's link lowering can do).
 - fifos: acquires up to the endpoint's declared depth (mlir-aie's
   `ObjectFifoHandle.acquire` refuses more); releases and objects passed to
   kernels only of what the worker holds in every iteration that reaches
@@ -172,7 +174,7 @@ def check(design: Design) -> Report:
         return Report(name, (found,))
     lowered = lower(design)
     violations = list(_placement(design))
-    rules = [_fifos, _workers, _transfers, _reorders, _block_float, _sequence, _barriers]
+    rules = [_fifos, _links, _workers, _transfers, _reorders, _block_float, _sequence, _barriers]
     if not violations:
         rules += [_tiles, _pool_tasks]
     for rule in rules:
@@ -674,6 +676,33 @@ def _fifos(lowered: Lowered):
                 )
             if fifo.iter_count > device.max_repeat_count:
                 yield v("iter_count", fifo.iter_count, device.max_repeat_count)
+
+
+def _links(lowered: Lowered):
+    """What mlir-aie's link lowering can repeat: a split's destinations all
+    alike (`ObjectFifoLinkOp::verify`), a join's destination not at all
+    (`createMemTileDMA` takes a BD's offset by its index among the repeated
+    BDs, past the join's offsets)."""
+    design = lowered.design
+    for link in design.links:
+        destinations = [design.fifo(f) for f in link.destinations]
+        v = _reporter(design, link.tile, f"link {link.name}")
+        if link.kind == "split" and len({f.repeat_count for f in destinations}) > 1:
+            yield v(
+                "destination repeat_counts",
+                ", ".join(str(f.repeat_count or 1) for f in destinations),
+                "one count",
+                "not",
+                detail="a split's destinations repeat alike",
+            )
+        if link.kind == "join" and destinations[0].repeat_count:
+            yield v(
+                "destination repeat_count",
+                destinations[0].repeat_count,
+                "a join",
+                "not allowed on",
+                detail="mlir-aie's lowering would take offsets past the join's",
+            )
 
 
 def _workers(lowered: Lowered):
