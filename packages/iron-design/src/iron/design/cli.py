@@ -89,7 +89,7 @@ def describe(design: Design) -> str:
     device = design.device
     lines = [
         f"design {design.name} for {device.name} ({device.columns} columns, {device.arch}), "
-        f"digest {design.digest()[:12]}",
+        f"digest {design.digest()[:12]}, configuration {lower(design).configuration.digest()[:12]}",
         "tensors: "
         + ", ".join(f"{t.name} {t.shape} {t.dtype} {t.direction.value}" for t in design.tensors),
         "",
