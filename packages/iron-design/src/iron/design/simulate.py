@@ -470,6 +470,10 @@ class Channel:
     def count(self, elements: int, slot: int) -> None:
         self.traffic[slot] += elements * self.nbytes
 
+    def holding(self) -> bool:
+        """Whether a BD runs (looked at, not started: for reports)."""
+        raise NotImplementedError
+
 
 class ChainChannel(Channel):
     """A tile channel running its lowered BD chain."""
@@ -543,6 +547,9 @@ class ChainChannel(Channel):
         self.current = None
         self.done += 1
         self.machine.release(give, bd.release, self.label)
+
+    def holding(self) -> bool:
+        return self.current is not None
 
     def waiting(self) -> Lock | None:
         """The lock an idle channel with BDs left waits on."""
@@ -618,6 +625,9 @@ class ShimChannel(Channel):
                 self.tokens.append(task)
             self.task = None
 
+    def holding(self) -> bool:
+        return self.task is not None
+
     def stuck(self) -> str | None:
         if self.task is None:
             return None
@@ -688,6 +698,9 @@ class PushChannel(Channel):
         self.pushes[push] -= 1
         _, give = self.locks(bd.slot)
         self.machine.release(give, bd.release, f"{label}: its BD on slot {bd.slot}")
+
+    def holding(self) -> bool:
+        return self.running
 
     def stuck(self) -> str | None:
         if not self.running or self.moved == 0:
@@ -1196,7 +1209,7 @@ class _Machine:
         if done is None:
             return None
         if channel.sends:
-            idle = [s.label for s in stream.sinks if not s.room()]
+            idle = [s.label for s in stream.sinks if not s.holding()]
             done += f"; {', '.join(idle) or 'no consumer'} takes none"
         return Blocked(label, done)
 
