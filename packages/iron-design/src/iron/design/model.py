@@ -176,6 +176,8 @@ def _label(instance) -> str:
         "Worker": "worker",
         "Link": "link",
     }.get(type(instance).__name__)
+    if type(instance).__name__ == "Memref":
+        return "a kernel's Memref"
     if kind is not None:
         return f"{kind} {instance.name}"
     return type(instance).__name__
@@ -211,20 +213,28 @@ def _bool(instance, attribute, value) -> None:
         )
 
 
-def _shape(value) -> tuple[int, ...]:
-    """A positive shape of at most I32_MAX elements (a dma_bd's offset and
-    length into it are i32 elements)."""
-    shape = (value,) if isinstance(value, (int, np.integer)) else _as_ints(value)
+def _shape(value):
+    """A shape as a tuple (an int is a 1-d shape); `_positive_shape` judges it."""
+    return (
+        (int(value),)
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        else _as_ints(value)
+    )
+
+
+def _positive_shape(instance, attribute, shape) -> None:
+    """A non-empty shape of positive ints, at most I32_MAX elements (a
+    dma_bd's offset and length into it are i32 elements)."""
+    where = f"{_label(instance)}: {attribute.name}"
     if not isinstance(shape, tuple) or not shape:
-        raise DesignError(f"a shape is a non-empty tuple of positive ints, got {value!r}")
+        raise DesignError(f"{where} is a non-empty tuple of positive ints, got {shape!r}")
     for i, dim in enumerate(shape):
-        require_int(f"shape {value!r}: dimension {i}", dim, 1, I32_MAX)
+        require_int(f"{where}[{i}]", dim, 1, I32_MAX)
     if math.prod(shape) > I32_MAX:
         raise DesignError(
-            f"shape {shape} holds {math.prod(shape)} elements, more than i32 offsets reach "
+            f"{where} {shape} holds {math.prod(shape)} elements, more than i32 offsets reach "
             f"({I32_MAX})"
         )
-    return shape
 
 
 def _dims(value) -> tuple[tuple[int, int], ...]:
@@ -318,7 +328,7 @@ class Tensor:
     """A runtime argument of the design, in argument order."""
 
     name: str
-    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    shape: tuple[int, ...] = attrs.field(converter=_shape, validator=_positive_shape)
     dtype: str = attrs.field(converter=_dtype)
     direction: Direction = attrs.field(default=Direction.IN, converter=Direction)
 
@@ -335,7 +345,7 @@ class Tensor:
 class Memref:
     """A kernel argument that is a buffer: an acquired object or a core buffer."""
 
-    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    shape: tuple[int, ...] = attrs.field(converter=_shape, validator=_positive_shape)
     dtype: str = attrs.field(converter=_dtype)
 
     def __str__(self) -> str:
@@ -541,7 +551,7 @@ class ObjectFifo:
     core's pool be its largest acquire plus one (`iron.design.lower`)."""
 
     name: str
-    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    shape: tuple[int, ...] = attrs.field(converter=_shape, validator=_positive_shape)
     dtype: str = attrs.field(converter=_dtype)
     producer: Endpoint
     consumers: tuple[Endpoint, ...] = attrs.field(converter=tuple)
@@ -701,7 +711,7 @@ class LocalBuffer:
     core's image carries (mlir-aie's `aie.buffer ... = dense<v>`)."""
 
     name: str
-    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    shape: tuple[int, ...] = attrs.field(converter=_shape, validator=_positive_shape)
     dtype: str = attrs.field(converter=_dtype)
     initial_value: int | float | None = attrs.field(default=None, kw_only=True)
 
