@@ -61,12 +61,13 @@ def stateful(w):
 def test_a_failed_version_leaves_weights_and_states_as_they_were(no_memory):
     f = stateful(np.ones(N, bf16))
     f(np.ones(256, bf16), pos=0)
-    states, weights = dict(f._states), dict(f._weights)
-    regions = dict(f._memory.buffer.regions)
+    residents = f.residents
+    states, weights = dict(residents.states), dict(residents.weights)
+    regions = dict(residents.memory.buffer.regions)
     with pytest.raises(MemoryError):
         f.compile(x=((2**38,), bf16))
-    assert f._states == states and f._weights == weights
-    assert f._memory.buffer.regions == regions
+    assert residents.states == states and residents.weights == weights
+    assert residents.memory.buffer.regions == regions
     _, total = f(np.ones(256, bf16), pos=1)
     assert float(total[0]) == 2.0  # rows 0 and 1 of the state: w * w each
 

@@ -10,7 +10,7 @@ from dispatch_fakes import Add32, AddK, AddOne, OffByOne, Twice
 
 from iron.core import Device
 from iron.design import to_mlir
-from iron.dispatch import OperatorSequence, get_backend, graph
+from iron.dispatch import OperatorSequence, Session, get_backend, graph
 from iron.dispatch.fusion import program_mlir
 from iron.dispatch.memory import Arena
 from iron.dispatch.program import FusionError
@@ -212,12 +212,11 @@ def test_a_traced_graph_gets_one_record_per_step_from_the_simulated_device():
 
 
 def test_trace_size_is_part_of_the_cache_key():
-    sim = get_backend("sim")
-    before = sim.misses
-    chain("sim").compile(((SIZE,), np.int32))
-    chain("sim", trace_size=256).compile(((SIZE,), np.int32))
-    chain("sim", trace_size=512).compile(((SIZE,), np.int32))
-    assert sim.misses - before == 3
+    session = Session()
+    sim = session.backend("sim")
+    for trace_size in (0, 256, 512, 256):
+        chain("sim", trace_size=trace_size, session=session).compile(((SIZE,), np.int32))
+    assert (sim.misses, sim.hits) == (3, 1)
     with pytest.raises(ValueError, match="trace_size 6 must be a non-negative multiple of 4"):
         chain("sim", trace_size=6).compile(((SIZE,), np.int32))
 

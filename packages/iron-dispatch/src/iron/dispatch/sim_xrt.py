@@ -7,9 +7,13 @@
   NPU.
 - `elf(path)` reads a program (`iron.dispatch.program.Program` as JSON) in
   place of an ELF. Kernel models and host models are code, which a cache
-  entry never holds: the device takes them from its `library`, filled by
-  the process that compiled the program, and a context refuses a program
-  whose designs (by digest) or host models it was not given.
+  entry never holds: the device takes them from its `library` (one per
+  session, given by the sim backend that loads the program), and a context
+  refuses a program whose designs (by digest) or host models it was not
+  given.
+- Misuse is refused as XRT refuses it, naming the argument and the rule: a
+  sync direction that is neither of the two, a negative buffer size, a
+  sync outside the buffer, `set_arg` past the program's arguments.
 - A run executes the program step by step: a step with a design runs
   `iron.design.simulate` on the device-side bytes of its views, with its
   parameters read from the run's control scratchpad; a step without one
@@ -55,6 +59,11 @@ class SimBufferObject:
         return self.host.size
 
     def sync(self, direction: str, size: int, offset: int) -> None:
+        if direction not in (SimulatedXrt.TO_DEVICE, SimulatedXrt.FROM_DEVICE):
+            raise ValueError(
+                f"sync: direction {direction!r} is neither {SimulatedXrt.TO_DEVICE} nor "
+                f"{SimulatedXrt.FROM_DEVICE}"
+            )
         if offset < 0 or size < 0 or offset + size > self.host.size:
             raise ValueError(
                 f"sync of {size} B at offset {offset} is outside the {self.host.size}-byte buffer"
@@ -74,11 +83,15 @@ class Library:
         self.designs: dict[str, Design] = {}
         self.hosts: dict[str, Callable] = {}
 
+    def clear(self) -> None:
+        self.designs.clear()
+        self.hosts.clear()
+
 
 class SimDevice:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, library: Library) -> None:
         self.index = index
-        self.library = Library()
+        self.library = library
 
 
 class SimContext:
@@ -102,6 +115,16 @@ class SimRun:
         self._views = None
 
     def set_arg(self, index: int, bo: SimBufferObject) -> None:
+        count = len(self.context.program.sizes)
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, (int, np.integer))
+            or not 0 <= index < count
+        ):
+            raise IndexError(
+                f"program {self.context.program.name}: set_arg index {index!r} is not one of its "
+                f"{count} arguments (0..{count - 1})"
+            )
         self.args[index] = bo
         self._views = None
 
@@ -191,12 +214,15 @@ class SimulatedXrt:
     TO_DEVICE = "XCL_BO_SYNC_BO_TO_DEVICE"
     FROM_DEVICE = "XCL_BO_SYNC_BO_FROM_DEVICE"
 
-    def __init__(self, granule: int = 64) -> None:  # iron-core Device.coherence_granule
-        self.granule = granule
+    def __init__(self, granule: int = 64, library: Library | None = None) -> None:
+        self.granule = granule  # iron-core Device.coherence_granule
+        self.library = library if library is not None else Library()
         self._devices: dict[int, SimDevice] = {}
 
     def device(self, index: int = 0) -> SimDevice:
-        return self._devices.setdefault(index, SimDevice(index))
+        if index not in self._devices:
+            self._devices[index] = SimDevice(index, self.library)
+        return self._devices[index]
 
     def elf(self, path) -> Program:
         return Program.from_json(Path(path).read_text())
@@ -213,4 +239,6 @@ class SimulatedXrt:
         return SimRun(kernel)
 
     def bo(self, device: SimDevice, nbytes: int) -> SimBufferObject:
-        return SimBufferObject(max(1, nbytes), self.granule)
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+            raise ValueError(f"bo: nbytes must be an int >= 0, got {nbytes!r}")
+        return SimBufferObject(max(1, int(nbytes)), self.granule)  # XRT allocates at least a byte
