@@ -346,6 +346,7 @@ def compile_in_process(root, out, start):
     import os
 
     os.environ["IRON_CACHE_HOME"] = str(root)
+
     @graph(backend="sim", device="npu1")
     def raced(g, x):
         return g(AddOne(1024), g(AddOne(1024), x))

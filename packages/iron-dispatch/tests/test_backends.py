@@ -231,7 +231,9 @@ def test_a_session_makes_each_backend_once_and_closing_it_frees_them():
     sim.xrt.library.hosts["k"] = len
     session.close()
     assert sim.xrt.library.hosts == {}
-    with pytest.raises(SessionClosed, match="this session is closed; backend 'sim' needs an open one"):
+    with pytest.raises(
+        SessionClosed, match="this session is closed; backend 'sim' needs an open one"
+    ):
         session.backend("sim")
 
 
