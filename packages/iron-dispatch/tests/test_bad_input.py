@@ -2,6 +2,10 @@
 and the rule named, and a version that fails to compile changes nothing."""
 
 import importlib
+import os
+import shutil
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,7 +13,9 @@ from dispatch_fakes import ROWS, Mul, N, Scale, SumRows, WriteRow, make_model
 
 from iron.alloc import OverlapError
 from iron.core import bf16, capture
-from iron.dispatch import OperatorSequence, graph
+from iron.core.cli import main
+from iron.dispatch import CompileCache, OperatorSequence, graph
+from iron.dispatch.cache import MANIFEST
 
 
 def chain():
@@ -311,3 +317,96 @@ def test_a_transient_placed_on_a_resident_or_past_the_arena_is_refused(monkeypat
     monkeypatch.setattr(ArenaPlan, "place_image", past_the_end)
     with pytest.raises(OverlapError, match=r"outside the arena \[0, \d+\)"):
         f.compile(((N,), bf16))
+
+
+# ---- the compile cache: links are never followed, special files never read ----
+
+
+def cached_scale():
+    @graph(backend="sim")
+    def scale(g, x):
+        return g(Scale(N, 3.0), x)
+
+    return scale
+
+
+def planted(root, tmp_path):
+    """Compile once to learn the entry's key, then remove the entry: the
+    next compile builds it again, past whatever a test plants."""
+    cached_scale().compile(((N,), bf16))
+    (entry,) = CompileCache(root).entries()
+    shutil.rmtree(entry["path"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    return entry["key"], outside
+
+
+def finishes(fn, seconds=60):
+    """fn() returns within `seconds` (a read that waits on a FIFO never would)."""
+    done = []
+    thread = threading.Thread(target=lambda: done.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert done, f"still running after {seconds} s"
+    return done[0]
+
+
+def test_a_lock_planted_as_a_link_never_touches_its_target(private_cache, tmp_path):
+    key, outside = planted(private_cache, tmp_path)
+    precious = outside / "precious.txt"
+    precious.write_text("keep me")
+    lock = private_cache / key[:2] / f"{key}.lock"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(precious)
+    scale = cached_scale()
+    scale.compile(((N,), bf16))
+    assert (scale.backend.hits, scale.backend.misses) == (0, 1)
+    assert precious.read_text() == "keep me"
+    assert not lock.is_symlink()
+
+
+def test_a_dangling_cachedir_tag_link_creates_nothing_outside(private_cache, tmp_path):
+    _, outside = planted(private_cache, tmp_path)
+    tag = private_cache / "CACHEDIR.TAG"
+    tag.unlink()
+    tag.symlink_to(outside / "created-by-the-cache")
+    cached_scale().compile(((N,), bf16))
+    assert not (outside / "created-by-the-cache").exists()
+    assert not tag.is_symlink() and tag.read_text().startswith("Signature: 8a477f597d28d172")
+
+
+def test_a_prefix_folder_replaced_by_a_link_keeps_entries_inside_the_root(private_cache, tmp_path):
+    key, outside = planted(private_cache, tmp_path)
+    prefix = private_cache / key[:2]
+    shutil.rmtree(prefix)
+    prefix.symlink_to(outside, target_is_directory=True)
+    cached_scale().compile(((N,), bf16))
+    assert list(outside.iterdir()) == []
+    assert not prefix.is_symlink()
+    assert [e["key"] for e in CompileCache(private_cache).entries()] == [key]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+def test_a_manifest_that_is_not_a_regular_file_is_refused_never_read(private_cache, kind, capsys):
+    if kind == "fifo" and not hasattr(os, "mkfifo"):
+        pytest.skip("this platform has no FIFOs")
+    cached_scale().compile(((N,), bf16))
+    (entry,) = CompileCache(private_cache).entries()
+    manifest = Path(entry["path"]) / MANIFEST
+    manifest.unlink()
+    if kind == "fifo":
+        os.mkfifo(manifest)
+    else:
+        manifest.symlink_to("/dev/zero")
+    what = "a FIFO" if kind == "fifo" else "a symlink"
+    assert finishes(lambda: main(["cache", "info"])) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"invalid: the manifest {MANIFEST} was refused: {manifest} is {what}, not a regular file"
+        in out
+    )
+    assert finishes(lambda: CompileCache(private_cache).clear()) == 0  # not ours to remove
+    scale = cached_scale()
+    finishes(lambda: scale.compile(((N,), bf16)))  # rebuilt in its place
+    (entry,) = CompileCache(private_cache).entries()
+    assert f"{what}, not a regular file" in entry["repaired"]
