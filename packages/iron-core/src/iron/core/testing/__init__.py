@@ -29,22 +29,17 @@ def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32).astype(dtype)
 
 
-_PLUGIN = "plugin"
-__getattr__, _plugin_names, _ = lazy_exports(
-    __name__,
-    dict.fromkeys(
-        (
-            "assert_snapshot_unchanged",
-            "check_conformance",
-            "check_importable_alone",
-            "conformance_params",
-            "modules_imported_by",
-            "require_distribution",
-        ),
-        _PLUGIN,
-    ),
+#: what the pytest plugin offers, imported from it on first use
+PLUGIN_NAMES = (
+    "assert_snapshot_unchanged",
+    "check_conformance",
+    "check_importable_alone",
+    "conformance_params",
+    "modules_imported_by",
+    "require_distribution",
 )
-__all__ = ["random_array", *_plugin_names()]
+__getattr__ = lazy_exports(__name__, dict.fromkeys(PLUGIN_NAMES, "plugin"))[0]
+__all__ = ["random_array", *PLUGIN_NAMES]
 
 
 def __dir__() -> list[str]:
