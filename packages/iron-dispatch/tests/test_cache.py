@@ -144,6 +144,7 @@ def test_entries_hold_data_only():
         "designs.json",
         "image.json",
         MANIFEST,
+        "operators.json",
         "program0.json",
         "recipes.json",
     ]

@@ -173,17 +173,19 @@ class Operator:
         if "__attrs_attrs__" in cls.__dict__:  # attrs' slotted copy of a class already done
             return
         namespace = vars(sys.modules.get(cls.__module__, builtins))
+        declared_types = {}
         for name, annotation in inspect.get_annotations(cls).items():
             if name == "device" or _is_class_var(annotation):
                 continue
-            check = ParameterType(
-                resolve_annotation(annotation, namespace, f"{cls.__name__}.{name}")
-            )
+            where = f"{cls.__name__}.{name}"
+            declared_types[name] = resolve_annotation(annotation, namespace, where)
+            check = ParameterType(declared_types[name])
             declared = cls.__dict__.get(name, attrs.NOTHING)
             if isinstance(declared, _FIELD):
                 declared.validator(check)
             else:
                 setattr(cls, name, attrs.field(default=declared, validator=check))
+        cls._declared_types = declared_types  # what `parameter_types` reads back
         _check_bound(cls)
 
     def __attrs_post_init__(self) -> None:
@@ -227,6 +229,29 @@ class Operator:
         return [
             f.name for f in attrs.fields(cls) if f.name != "device" and _PER_CALL not in f.metadata
         ]
+
+    @classmethod
+    def parameter_types(cls) -> dict[str, Any]:
+        """Each field's type, as its annotation names it (inherited ones too)."""
+        found: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            found.update(vars(klass).get("_declared_types", {}))
+        return found
+
+    def to_data(self) -> dict[str, Any]:
+        """The parameters as JSON values (tuples as lists, enums by value,
+        dtypes by name): `from_data` makes an equal operator of them (its
+        device aside), in any process."""
+        return {name: _to_json(getattr(self, name)) for name in self.parameters()}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Operator:
+        """The operator whose `to_data` is `data`, each value read back as
+        its field's type says."""
+        types = cls.parameter_types()
+        return cls(
+            **{name: _from_json(value, types.get(name, Any)) for name, value in data.items()}
+        )
 
     @classmethod
     def per_call_members(cls) -> dict[str, np.dtype]:
@@ -503,6 +528,47 @@ def _matches(value, annotation) -> bool:
         return isinstance(value, cls)
     except TypeError:  # a type only a type checker can check (a protocol, a special form)
         return True
+
+
+def _to_json(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, enum.Enum):
+        return _to_json(value.value)
+    if isinstance(value, np.dtype):
+        return dtype_name(value)
+    if isinstance(value, (tuple, list)):
+        return [_to_json(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"no JSON value for {value!r} ({type(value).__name__})")
+
+
+def _arms(annotation) -> tuple:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _from_json(value, annotation):
+    """`value` (from `_to_json`) as `annotation` types it."""
+    arms = _arms(annotation)
+    if isinstance(value, list):
+        shapes = [typing.get_args(a) for a in arms if typing.get_origin(a) is tuple] or [()]
+        inner = shapes[0]
+        if len(inner) == 2 and inner[1] is Ellipsis:
+            inner = (inner[0],) * len(value)
+        inner = inner if len(inner) == len(value) else (Any,) * len(value)
+        return tuple(_from_json(v, a) for v, a in zip(value, inner))
+    for arm in arms:
+        if isinstance(arm, type) and issubclass(arm, enum.Enum):
+            try:
+                return arm(value)
+            except ValueError:
+                continue
+        if arm is np.dtype and isinstance(value, str):
+            return as_dtype(value)
+    return value
 
 
 def _describe(annotation) -> str:

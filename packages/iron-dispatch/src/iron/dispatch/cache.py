@@ -89,7 +89,8 @@ def _open_regular(path: Path):
         os.close(fd)
 
 
-def _read_json(path: Path):
+def read_json(path: Path):
+    """A JSON file of at most `MANIFEST_MAX_BYTES`, read only if it is a regular file."""
     with _open_regular(path) as handle:
         data = handle.read(MANIFEST_MAX_BYTES + 1)
     if len(data) > MANIFEST_MAX_BYTES:
@@ -153,7 +154,7 @@ class CompileCache:
         if not entry.is_dir():
             return None, "the entry's folder was a file"
         try:
-            manifest = _read_json(entry / MANIFEST)
+            manifest = read_json(entry / MANIFEST)
         except FileNotFoundError:
             return None, "the manifest was missing"
         except NotRegularFile as error:
@@ -339,7 +340,7 @@ class CompileCache:
     def _owned(entry: Path) -> bool:
         """The folder holds this cache's manifest (valid or not, it is ours)."""
         try:
-            manifest = _read_json(entry / MANIFEST)
+            manifest = read_json(entry / MANIFEST)
         except (OSError, ValueError):
             return False
         return isinstance(manifest, dict) and manifest.get("format") == FORMAT
