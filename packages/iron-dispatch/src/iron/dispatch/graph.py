@@ -74,8 +74,8 @@ def graph(fn=None, *, name=None, backend=None, mode="fused", device=None, poison
     function's own, closed with it)."""
 
     def wrap(fn):
-        return GraphFunction(fn, name=name, backend=backend, mode=mode, device=device,
-                             poison=poison, flags=flags, trace_size=trace_size, session=session)  # fmt: skip
+        options = dict(name=name, backend=backend, mode=mode, device=device, poison=poison)
+        return GraphFunction(fn, **options, flags=flags, trace_size=trace_size, session=session)
 
     return wrap(fn) if fn is not None else wrap
 
