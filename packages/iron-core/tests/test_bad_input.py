@@ -12,6 +12,7 @@ from core_fakes import CopyAt, RowNorm, Square
 
 from iron.core import Device, Operator, OperatorError, bf16, same_shape_unary
 from iron.core.cli import main
+from iron.core.operator import AnnotationError, ParameterType
 from iron.core.terminal import printable
 from iron.core.testing import require_distribution
 
@@ -48,6 +49,32 @@ class Knobs(Operator):
 def test_parameters_of_the_wrong_type_are_refused_at_construction(params, rule):
     with pytest.raises(OperatorError, match=rule):
         Knobs(**params)
+
+
+def test_the_types_are_attrs_validators_made_when_the_class_is_defined():
+    check = attrs.fields(Knobs).columns.validator
+    assert isinstance(check, ParameterType) and check.annotation == (int | None)
+    op = Knobs(size=8)
+    object.__setattr__(op, "size", "8")  # past the frozen class's guard
+    with pytest.raises(OperatorError, match="Knobs: size='8': must be an int"):
+        attrs.validate(op)
+
+
+def test_annotations_are_read_never_evaluated():
+    ran = []
+    with pytest.raises(AnnotationError, match=r"Sneaky.size: annotation .*cannot be read"):
+
+        @attrs.frozen
+        class Sneaky(Operator):
+            size: "ran.append(1) or int"
+
+    with pytest.raises(AnnotationError, match=r"Ghost.size: annotation 'Later' cannot be read"):
+
+        @attrs.frozen
+        class Ghost(Operator):
+            size: "Later"  # noqa: F821 (defined after the class, or never)
+
+    assert ran == []
 
 
 def test_parameters_of_the_right_type_pass_and_float_fields_take_ints():

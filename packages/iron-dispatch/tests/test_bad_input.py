@@ -2,13 +2,20 @@
 and the rule named, and a version that fails to compile changes nothing."""
 
 import importlib
+import os
+import shutil
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 from dispatch_fakes import ROWS, Mul, N, Scale, SumRows, WriteRow, make_model
 
-from iron.core import bf16
-from iron.dispatch import graph
+from iron.alloc import OverlapError
+from iron.core import bf16, capture
+from iron.core.cli import main
+from iron.dispatch import CompileCache, OperatorSequence, graph
+from iron.dispatch.cache import MANIFEST
 
 
 def chain():
@@ -45,6 +52,16 @@ def test_a_version_whose_memory_cannot_be_allocated_leaves_the_function_as_it_wa
     assert twice(small).tobytes() == first.tobytes()  # the version that worked still works
 
 
+def chain_sequence():
+    """x -> h0 -> h1 -> y: h0 and h1 both live at the second step."""
+    with capture("chain") as g:
+        x = g.input("x", N)
+        h0 = g(Scale(N), x, name="h0")
+        h1 = g(Scale(N), h0, name="h1")
+        g(Mul(N), h0, h1)
+    return OperatorSequence.from_graph(g)
+
+
 def stateful(w):
     """A weight, a state and a part whose size follows the input."""
 
@@ -61,12 +78,13 @@ def stateful(w):
 def test_a_failed_version_leaves_weights_and_states_as_they_were(no_memory):
     f = stateful(np.ones(N, bf16))
     f(np.ones(256, bf16), pos=0)
-    states, weights = dict(f._states), dict(f._weights)
-    regions = dict(f._memory.buffer.regions)
+    residents = f.residents
+    states, weights = dict(residents.states), dict(residents.weights)
+    regions = dict(residents.memory.buffer.regions)
     with pytest.raises(MemoryError):
         f.compile(x=((2**38,), bf16))
-    assert f._states == states and f._weights == weights
-    assert f._memory.buffer.regions == regions
+    assert residents.states == states and residents.weights == weights
+    assert residents.memory.buffer.regions == regions
     _, total = f(np.ones(256, bf16), pos=1)
     assert float(total[0]) == 2.0  # rows 0 and 1 of the state: w * w each
 
@@ -202,3 +220,193 @@ def test_compile_names_the_input_whose_spec_is_malformed(spec, rule):
     model = make_model(np.ones(N, bf16))
     with pytest.raises(TypeError, match=rule):
         model.compile(x=spec)
+
+
+# ---- a weight reshaped in place, the simulated XRT's arguments, planner results ----
+
+
+def test_reload_weights_refuses_a_weight_reshaped_in_place_and_the_function_keeps_working():
+    w = np.ones(N, bf16)
+    model = make_model(w, poison=False)
+    x = np.ones((1, N), bf16)
+    model.compile(x=x)
+    model.load()
+    before = model(x, pos=0)
+    w.shape = (16, N // 16)  # the same bytes, another shape
+    rule = (
+        rf"model.reload_weights: weight 'w' was compiled as \({N},\) of bf16, but its array is "
+        rf"now \(16, {N // 16}\) of bf16 \(reshaped, retyped or moved in place\); a weight is "
+        "uploaded in the shape, dtype and layout it was compiled with"
+    )
+    with pytest.raises(ValueError, match=rule):
+        model.reload_weights("w")
+    with pytest.raises(ValueError, match=rule):
+        model.reload_weights()
+    model.reset_states()
+    assert model(x, pos=0).tobytes() == before.tobytes()  # still usable, on the uploaded weight
+    w.shape = (N,)
+    w[...] = 2
+    assert model.reload_weights("w") == w.nbytes
+    model.reset_states()
+    assert float(model(x, pos=0)[0]) == 2 * float(before[0])
+
+
+def test_the_simulated_xrt_refuses_what_xrt_refuses():
+    from iron.dispatch.program import Program
+    from iron.dispatch.sim_xrt import SimulatedXrt
+
+    xrt = SimulatedXrt()
+    device = xrt.device(0)
+    bo = xrt.bo(device, 64)
+    with pytest.raises(ValueError, match="sync: direction 'sideways' is neither XCL_BO_SYNC_BO_TO"):
+        bo.sync("sideways", 64, 0)
+    with pytest.raises(ValueError, match="bo: nbytes must be an int >= 0, got -1"):
+        xrt.bo(device, -1)
+    assert xrt.bo(device, 0).size() == 1  # XRT allocates at least a byte
+    program = Program(name="p", device="npu2", steps=(), sizes=(64, 64, 64), words=())
+    run = xrt.run(xrt.kernel(xrt.hw_context(device, program), "main:sequence"))
+    run.set_arg(2, bo)
+    with pytest.raises(
+        IndexError, match=r"program p: set_arg index 3 is not one of its 3 arguments \(0..2\)"
+    ):
+        run.set_arg(3, bo)
+    with pytest.raises(IndexError, match="set_arg index -1 is not one of its 3 arguments"):
+        run.set_arg(-1, bo)
+
+
+def test_an_overlapping_plan_from_the_planner_is_refused(monkeypatch):
+    """A planner that put two live intermediates on one byte would give
+    wrong numbers silently: the layout checks every plan in full."""
+    from iron.alloc import Plan
+    from iron.dispatch import layout
+
+    def overlapping(ranges, sizes, alignment, **kw):
+        return Plan(dict.fromkeys(ranges, 0), max(sizes[n] for n in ranges), alignment=alignment)
+
+    monkeypatch.setattr(layout, "place", overlapping)
+    with pytest.raises(
+        OverlapError, match=r"check: 'h\d' \(steps \[\d, \d\], bytes \[0, 512\)\) overlaps"
+    ):
+        chain_sequence()
+
+
+def test_a_transient_placed_on_a_resident_or_past_the_arena_is_refused(monkeypatch):
+    from iron.alloc import ArenaPlan
+
+    w = np.ones(N, bf16)
+
+    @graph(backend="reference")
+    def f(g, x):
+        return g(Scale(N), g(Mul(N), x, g.weight("w", w)))
+
+    real = ArenaPlan.place_image
+
+    def onto_the_weight(self, steps, sizes, residents=None, **kw):
+        offsets = real(self, steps, sizes, residents, **kw)
+        return {n: 0 for n in offsets}  # every transient on the weight's bytes
+
+    monkeypatch.setattr(ArenaPlan, "place_image", onto_the_weight)
+    with pytest.raises(OverlapError, match="overlaps"):
+        f.compile(((N,), bf16))
+    assert f.versions == {} and f.arena.size == 0  # all or nothing
+
+    def past_the_end(self, steps, sizes, residents=None, **kw):
+        offsets = real(self, steps, sizes, residents, **kw)
+        return {n: o + (0 if n in (residents or {}) else 2**20) for n, o in offsets.items()}
+
+    monkeypatch.setattr(ArenaPlan, "place_image", past_the_end)
+    with pytest.raises(OverlapError, match=r"outside the arena \[0, \d+\)"):
+        f.compile(((N,), bf16))
+
+
+# ---- the compile cache: links are never followed, special files never read ----
+
+
+def cached_scale():
+    @graph(backend="sim")
+    def scale(g, x):
+        return g(Scale(N, 3.0), x)
+
+    return scale
+
+
+def planted(root, tmp_path):
+    """Compile once to learn the entry's key, then remove the entry: the
+    next compile builds it again, past whatever a test plants."""
+    cached_scale().compile(((N,), bf16))
+    (entry,) = CompileCache(root).entries()
+    shutil.rmtree(entry["path"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    return entry["key"], outside
+
+
+def finishes(fn, seconds=60):
+    """fn() returns within `seconds` (a read that waits on a FIFO never would)."""
+    done = []
+    thread = threading.Thread(target=lambda: done.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert done, f"still running after {seconds} s"
+    return done[0]
+
+
+def test_a_lock_planted_as_a_link_never_touches_its_target(private_cache, tmp_path):
+    key, outside = planted(private_cache, tmp_path)
+    precious = outside / "precious.txt"
+    precious.write_text("keep me")
+    lock = private_cache / key[:2] / f"{key}.lock"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(precious)
+    scale = cached_scale()
+    scale.compile(((N,), bf16))
+    assert (scale.backend.hits, scale.backend.misses) == (0, 1)
+    assert precious.read_text() == "keep me"
+    assert not lock.is_symlink()
+
+
+def test_a_dangling_cachedir_tag_link_creates_nothing_outside(private_cache, tmp_path):
+    _, outside = planted(private_cache, tmp_path)
+    tag = private_cache / "CACHEDIR.TAG"
+    tag.unlink()
+    tag.symlink_to(outside / "created-by-the-cache")
+    cached_scale().compile(((N,), bf16))
+    assert not (outside / "created-by-the-cache").exists()
+    assert not tag.is_symlink() and tag.read_text().startswith("Signature: 8a477f597d28d172")
+
+
+def test_a_prefix_folder_replaced_by_a_link_keeps_entries_inside_the_root(private_cache, tmp_path):
+    key, outside = planted(private_cache, tmp_path)
+    prefix = private_cache / key[:2]
+    shutil.rmtree(prefix)
+    prefix.symlink_to(outside, target_is_directory=True)
+    cached_scale().compile(((N,), bf16))
+    assert list(outside.iterdir()) == []
+    assert not prefix.is_symlink()
+    assert [e["key"] for e in CompileCache(private_cache).entries()] == [key]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+def test_a_manifest_that_is_not_a_regular_file_is_refused_never_read(private_cache, kind, capsys):
+    if kind == "fifo" and not hasattr(os, "mkfifo"):
+        pytest.skip("this platform has no FIFOs")
+    cached_scale().compile(((N,), bf16))
+    (entry,) = CompileCache(private_cache).entries()
+    manifest = Path(entry["path"]) / MANIFEST
+    manifest.unlink()
+    if kind == "fifo":
+        os.mkfifo(manifest)
+    else:
+        manifest.symlink_to("/dev/zero")
+    what = "a FIFO" if kind == "fifo" else "a symlink"
+    assert finishes(lambda: main(["cache", "info"])) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"invalid: the manifest {MANIFEST} was refused: {manifest} is {what}, not a regular file"
+        in out
+    )
+    assert finishes(lambda: CompileCache(private_cache).clear()) == 0  # not ours to remove
+    scale = cached_scale()
+    finishes(lambda: scale.compile(((N,), bf16)))  # rebuilt in its place
+    (entry,) = CompileCache(private_cache).entries()
+    assert f"{what}, not a regular file" in entry["repaired"]

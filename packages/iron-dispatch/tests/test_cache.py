@@ -20,7 +20,7 @@ from dispatch_fakes import (
 
 from iron.core import OperatorError, bf16
 from iron.core.cli import main
-from iron.dispatch import CompileCache, get_backend, graph
+from iron.dispatch import CompileCache, graph
 from iron.dispatch.cache import MANIFEST
 from iron.dispatch.sim_xrt import SimulatedXrt
 
@@ -33,15 +33,15 @@ def scaled(factor, flags=()):
     return scale
 
 
-def counts():
-    sim = get_backend("sim")
+def counts(function):
+    sim = function.backend  # the instance of the function's own session
     return sim.hits, sim.misses
 
 
 def compile_once(function, shape=(N,)):
-    before = counts()
+    before = counts(function)
     function.compile((shape, bf16))
-    after = counts()
+    after = counts(function)
     return after[0] - before[0], after[1] - before[1]  # (hits, misses)
 
 
@@ -144,6 +144,7 @@ def test_entries_hold_data_only():
         "designs.json",
         "image.json",
         MANIFEST,
+        "operators.json",
         "program0.json",
         "recipes.json",
     ]

@@ -13,7 +13,7 @@ from dispatch_fakes import AddK, AddOne, Twice
 
 from iron.core import Device
 from iron.design import Toolchain, ToolchainError, find_toolchain
-from iron.dispatch import CompileCache, OperatorSequence
+from iron.dispatch import CompileCache, OperatorSequence, Session
 from iron.dispatch.backends.sim import SimBackend
 from iron.dispatch.runtime import scratchpad_layout
 
@@ -66,7 +66,7 @@ class ToolchainSim(SimBackend):
     """The sim backend's compile, with the toolchain given."""
 
     def __init__(self, toolchain):
-        super().__init__(CompileCache())
+        super().__init__(Session())
         self._toolchain = toolchain
 
     def toolchain(self):

@@ -11,8 +11,10 @@ skips those (``*`` skips every third-party plugin). iron-core's own plugin
 plugins always load.
 
 Listing imports plugin modules only: operator modules are imported one at a
-time, by `get_operator`. What the registry makes from its entries (operator
-classes, backend instances) lives until the next `reload`.
+time, by `get_operator`. The registry is the plugin table and nothing more:
+operator classes it imported live until the next `reload`; backends are
+made from their entries by whoever owns them (iron-dispatch's `Session`),
+never kept here.
 """
 
 from __future__ import annotations
@@ -105,8 +107,8 @@ class Registry:
 
     def reload(self) -> None:
         """Read the plugins again (the environment's allow and deny lists
-        included); operator classes and backend instances made so far are
-        dropped, so the next lookup makes fresh ones."""
+        included); operator classes imported so far are dropped, so the next
+        lookup imports fresh ones."""
         self._loaded = False
         self._load()
 
@@ -169,7 +171,6 @@ class Registry:
         self._backends: dict[str, BackendEntry] = {}
         self._commands: dict[str, CommandEntry] = {}
         self._classes: dict[str, type] = {}
-        self._backend_instances: dict[str, Any] = {}
         self._collect("device", self._devices, self._device_entry)
         self._collect("operator", self._operators, self._operator_entry)
         self._collect("backend", self._backends, self._backend_entry)
@@ -280,23 +281,14 @@ class Registry:
         self._load()
         return dict(self._backends)
 
-    def backend(self, name: str):
-        """The instance of registered backend `name`: its factory is called
-        once per registry load."""
+    def backend_entry(self, name: str) -> BackendEntry:
+        """The entry of registered backend `name`; its ``load()`` is the
+        factory, called with the session that will own the instance."""
         self._load()
         if name not in self._backends:
             registered = ", ".join(sorted(self._backends)) or "none"
             raise KeyError(f"unknown backend {name!r}; registered backends: {registered}")
-        if name not in self._backend_instances:
-            entry = self._backends[name]
-            instance = entry.load()()
-            if getattr(instance, "name", None) != name:
-                raise RegistryError(
-                    f"backend {name!r} (from plugin {entry.plugin!r}) made an object named "
-                    f"{getattr(instance, 'name', None)!r}; a backend's name is its registered name"
-                )
-            self._backend_instances[name] = instance
-        return self._backend_instances[name]
+        return self._backends[name]
 
     def commands(self) -> dict[str, CommandEntry]:
         self._load()
@@ -340,7 +332,7 @@ operator_entry = _registry.operator_entry
 get_operator = _registry.get_operator
 devices = _registry.devices
 backends = _registry.backends
-backend = _registry.backend
+backend_entry = _registry.backend_entry
 commands = _registry.commands
 doctor = _registry.doctor
 reload = _registry.reload

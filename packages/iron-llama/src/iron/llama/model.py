@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from iron.core import bf16, registry, settings
 from iron.dispatch.graph import PIECE_BYTES
+from iron.dispatch.selection import get_backend
 from iron.llama.checkpoint import Checkpoint
 from iron.llama.checks import logits_broken
 from iron.llama.config import LlamaConfig
@@ -78,7 +79,7 @@ def choose_backend(backend: str) -> str | None:
         return backend
     if settings.current().backend != "auto":
         return None
-    npu = "npu" in registry.backends() and registry.backend("npu").available()[0]
+    npu = "npu" in registry.backends() and get_backend("npu").available()[0]
     return "npu" if npu else "cpu"
 
 
