@@ -363,11 +363,11 @@ def _port(text: str) -> int:
 def _version(app: App) -> str:
     def of(dist: str) -> str:
         try:
-            return version(dist)
-        except PackageNotFoundError:
-            return "(not installed)"
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:  # an app run from a source tree
+            return dist
 
-    return f"{app.name} {of(app.name)} (iron-lm {of('iron-lm')})"
+    return f"{of(app.name)} ({of('iron-lm')})"
 
 
 def _backend_option(parser: argparse.ArgumentParser) -> None:

@@ -125,11 +125,13 @@ def complete(
 ) -> Completion:
     """Generate text: `sample_tokens`, its pieces decoded as they come and
     passed to `on_text` (never an empty one), stopping at `stop_strings`
-    too. `cancelled()` is asked before every token (a client that went
+    too; the text is the tokens' whole decode (a character the budget cut
+    short included) up to a stop string. `cancelled()` is asked before every token (a client that went
     away stops the work)."""
     stream, stops = tokenizer.stream(), StopStrings(stop_strings)
     tokens: list[int] = []
-    text: list[str] = []
+    text: list[str] = []  # what was emitted
+    decoded: list[str] = []  # what the stream gave, before stop strings
     reason = "length"
 
     def emit(piece: str) -> None:
@@ -146,9 +148,16 @@ def complete(
         if token in stop_tokens:
             reason = "stop"
             break
-        emit(stops.push(stream.push(token)))
+        piece = stream.push(token)
+        decoded.append(piece)
+        emit(stops.push(piece))
         if stops.stopped:
             reason = "stop"
             break
+    if not stops.stopped:
+        # bytes the stream still holds (a character the budget cut short)
+        # come out as the full decode has them
+        whole, shown = tokenizer.decode(tokens), "".join(decoded)
+        emit(stops.push(whole[len(shown) :] if whole.startswith(shown) else ""))
     emit(stops.flush())
     return Completion(tuple(tokens), "".join(text), reason)
