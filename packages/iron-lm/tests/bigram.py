@@ -236,7 +236,7 @@ def make_synthetic(directory, preset="tiny", layers=None, seed=0, progress=None,
 
 
 def ensure_synthetic(directory, preset="tiny", layers=None, seed=0, progress=None) -> bool:
-    config, directory = synthetic_config(preset, layers), Path(directory)
+    directory = Path(directory)
     metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
     with locked(directory):
         if holds_recipe(directory, metadata, WEIGHTS):

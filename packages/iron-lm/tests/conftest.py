@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # bigram, the test app
 
-import bigram  # noqa: E402
+import bigram
 
 
 def pytest_configure(config: pytest.Config) -> None:

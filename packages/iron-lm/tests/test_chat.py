@@ -192,7 +192,7 @@ def test_transformers_environment_extras():
 
 def test_a_template_cannot_change_what_it_is_given():
     template = ChatTemplate("{{ messages.append(1) }}", origin="evil.json")
-    with pytest.raises(ChatTemplateError, match="evil.json: the chat template refused"):
+    with pytest.raises(ChatTemplateError, match=r"evil\.json: the chat template refused"):
         template.render(CONVERSATION[1:2])
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-
 import safetensors
 from safetensors.numpy import save_file
 
@@ -466,7 +465,7 @@ def test_a_prefix_reads_only_the_language_model_and_never_opens_the_other_shards
         assert checkpoint.info("model.norm.weight").name == "model.language_model.norm.weight"
     with Checkpoint.open(tmp_path, prefix="model.language_model.") as checkpoint:
         assert sorted(checkpoint) == sorted(text)
-    with pytest.raises(CheckpointError, match="model-00003-of-00003.safetensors: no such file"):
+    with pytest.raises(CheckpointError, match=r"model-00003-of-00003\.safetensors: no such file"):
         Checkpoint.open(tmp_path)
 
 
@@ -482,6 +481,6 @@ def test_a_prefix_in_one_file_never_reads_the_other_tensors(tmp_path):
     with Checkpoint.open(tmp_path, prefix="model.language_model.") as checkpoint:
         assert list(checkpoint) == ["model.language_model.w"]
         assert same(checkpoint["model.language_model.w"], small)
-        with pytest.raises(KeyError, match="no tensor 'model.vision_tower.w'"):
+        with pytest.raises(KeyError, match=r"no tensor 'model\.vision_tower\.w'"):
             checkpoint["model.vision_tower.w"]
         assert mapped_rss(path) < big.nbytes // 16  # the header and one tensor's pages
