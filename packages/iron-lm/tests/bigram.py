@@ -7,13 +7,12 @@ synthetic checkpoints, and the `App` that makes its command line. The
 tests run the whole scaffold through it (every command, the server), and
 `python bigram.py ...` is its console script.
 
-`seconds_per_token` in config.json (0 by default) makes each decode sleep,
-so a test can hold the model busy for as long as it needs.
+Its own flag, `--seconds-per-token S` (an `iron.lm.cli.ModelFlag`), makes
+each decode sleep, so a test can hold the model busy as long as it needs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
@@ -26,7 +25,7 @@ import numpy as np
 from iron.core import IN, OUT, ArgSpec, Operator, Tolerance, bf16
 from iron.dispatch import GraphFunction, graph
 from iron.lm import Checkpoint, CheckpointError, ConfigError, GraphModel
-from iron.lm.cli import App, SyntheticModels
+from iron.lm.cli import App, ModelFlag, SyntheticModels
 from iron.lm.config import in_file, is_int, require, token_ids
 from iron.lm.files import read_json
 from iron.lm.protocols import OracleModel
@@ -86,7 +85,6 @@ class BigramConfig:
     max_position_embeddings: int = 512
     bos_token_id: int | None = 0
     eos_token_ids: tuple[int, ...] = (1,)
-    seconds_per_token: float = 0.0
     num_hidden_layers = 1  # what make-synthetic's summary counts
 
     @classmethod
@@ -118,7 +116,6 @@ class BigramConfig:
             data["max_position_embeddings"],
             bos[0] if bos else None,
             token_ids("eos_token_id", data.get("eos_token_id"), vocab),
-            float(data.get("seconds_per_token", 0.0)),
         )
 
     def to_dict(self) -> dict:
@@ -129,7 +126,6 @@ class BigramConfig:
             "max_position_embeddings": self.max_position_embeddings,
             "bos_token_id": self.bos_token_id,
             "eos_token_id": list(self.eos_token_ids),
-            "seconds_per_token": self.seconds_per_token,
         }
 
 
@@ -152,6 +148,10 @@ def load_weights(checkpoint: Checkpoint, config: BigramConfig) -> dict[str, np.n
 
 class Model(GraphModel):
     config_class = BigramConfig
+
+    def __init__(self, config, weights, tokenizer=None, *, seconds_per_token=0.0, **options):
+        super().__init__(config, weights, tokenizer, **options)
+        self.seconds_per_token = seconds_per_token
 
     @classmethod
     def load_weights(cls, checkpoint, config):
@@ -177,7 +177,7 @@ class Model(GraphModel):
         return self.forward(self.gather_rows(self.weights["model.embed_tokens.weight"], ids[-1:]))
 
     def run_decode(self, token, pos):
-        time.sleep(self.config.seconds_per_token)
+        time.sleep(self.seconds_per_token)
         return self.forward(self.gather_rows(self.weights["model.embed_tokens.weight"], [token]))
 
 
@@ -226,8 +226,8 @@ def _tensors(config: BigramConfig, seed: int):
     }
 
 
-def make_synthetic(directory, preset="tiny", layers=None, seed=0, progress=None, **changes) -> Path:
-    config = dataclasses.replace(synthetic_config(preset, layers), **changes)
+def make_synthetic(directory, preset="tiny", layers=None, seed=0, progress=None) -> Path:
+    config = synthetic_config(preset, layers)
     directory = Path(directory)
     with locked(directory):
         metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
@@ -245,6 +245,11 @@ def ensure_synthetic(directory, preset="tiny", layers=None, seed=0, progress=Non
     return True
 
 
+SLOW = ModelFlag(
+    ("--seconds-per-token",),
+    "seconds_per_token",
+    {"type": float, "default": 0.0, "metavar": "S", "help": "sleep in every decode"},
+)
 APP = App(
     name="iron-bigram",
     title="A bigram model on IRON (iron-lm's test app).",
@@ -261,6 +266,13 @@ APP = App(
     real_model="There is no real bigram checkpoint: this app exists to test iron-lm.",
     model_help="a bigram model directory",
     demo_model="bigram",
+    model_flags=[
+        ModelFlag(
+            ("--seconds-per-token",),
+            "seconds_per_token",
+            {"type": float, "default": 0.0, "metavar": "S", "help": "sleep in every decode"},
+        ),
+    ],  # fmt: skip
 )
 
 if __name__ == "__main__":

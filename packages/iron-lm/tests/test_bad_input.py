@@ -239,11 +239,11 @@ def interrupt(argv, wait_for: str, stream: str, stdin=subprocess.DEVNULL):
         process.wait()
 
 
-def test_ctrl_c_ends_chat_and_a_busy_generate_quietly(bigram_dir, tmp_path):
+def test_ctrl_c_ends_chat_and_a_busy_generate_quietly(bigram_dir):
     status, err = interrupt(["chat", "-m", bigram_dir, "--backend", "reference"],
                             "/exit (or Ctrl-D) ends it\n", "stderr", stdin=subprocess.PIPE)  # fmt: skip
     assert status == 130 and err.endswith("ends it\niron-bigram chat: interrupted\n")
-    slow = bigram.make_synthetic(tmp_path / "slow", seconds_per_token=0.2)
-    status, err = interrupt(["generate", "-m", slow, "-p", "Iron", "-n", 200, "--temp", 0,
-                             "--backend", "reference"], "Iron", "stdout")  # fmt: skip
+    status, err = interrupt(["generate", "-m", bigram_dir, "-p", "Iron", "-n", 200, "--temp", 0,
+                             "--seconds-per-token", 0.2, "--backend", "reference"],
+                            "Iron", "stdout")  # fmt: skip
     assert status == 130 and err == "iron-bigram generate: interrupted\n"

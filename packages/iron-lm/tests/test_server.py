@@ -175,8 +175,8 @@ def test_a_prompt_longer_than_the_context_is_400(server, local):
 
 
 def test_past_the_queue_limit_is_503_and_a_cancelled_stream_frees_the_model(tmp_path):
-    slow = bigram.make_synthetic(tmp_path / "slow", seconds_per_token=0.05)
-    with serving(slow, "--queue", 1) as (client, _):
+    slow = bigram.make_synthetic(tmp_path / "slow")
+    with serving(slow, "--queue", 1, "--seconds-per-token", 0.05) as (client, _):
         request = {"model": "slow", "prompt": "Iron", "temperature": 0, "stream": True}
         running = client.completions.create(**request, max_tokens=400)
         next(iter(running))  # its first token came: it runs, for 20 s unless cancelled

@@ -19,8 +19,8 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -62,13 +62,26 @@ class SyntheticModels:
 
 
 @dataclass(frozen=True)
+class ModelFlag:
+    """A flag of an app's own that every command loading a model takes
+    (`--weights bfp16`): `flags` and `options` as `add_argument` takes them;
+    its value reaches `from_pretrained` (and so the model's constructor) as
+    the keyword `keyword`."""
+
+    flags: tuple[str, ...]
+    keyword: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class App:
     """One model app's command line. `name` is the console script and the
     distribution; `model` its `GraphModel`; `oracle(dir)` its float32
     oracle as a `CausalLM`; `describe(config)` says what a synthetic model
     is ("a tiny synthetic Llama (2 layers, ...)"); `real_model` how to run
     a real checkpoint (one line); `model_help` what --model must hold;
-    `demo_model` the folder under the cache's models/ the demo writes."""
+    `demo_model` the folder under the cache's models/ the demo writes;
+    `model_flags` the app's own flags (`ModelFlag`)."""
 
     name: str
     title: str
@@ -79,6 +92,7 @@ class App:
     real_model: str
     model_help: str
     demo_model: str = "tiny"
+    model_flags: Sequence[ModelFlag] = ()
 
     def demo_dir(self) -> Path:
         """Where `demo` keeps its synthetic model."""
@@ -264,8 +278,13 @@ def _load(app: App, args: argparse.Namespace, prompt_tokens: int, new_tokens: in
     if args.max_seq_len is not None:
         app.model.check_max_seq_len(config, args.max_seq_len)
     check_fits(prompt_tokens, new_tokens, max_seq_len)
+    options = {flag.keyword: getattr(args, flag.keyword) for flag in app.model_flags}
     return app.model.from_pretrained(
-        args.model, backend=args.backend, max_seq_len=args.max_seq_len, progress=_progress(args)
+        args.model,
+        backend=args.backend,
+        max_seq_len=args.max_seq_len,
+        progress=_progress(args),
+        **options,
     )
 
 
@@ -394,6 +413,8 @@ def _model_options(app: App, parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="positions the KV caches hold (default: the model's choice)",
     )
+    for flag in app.model_flags:
+        parser.add_argument(*flag.flags, dest=flag.keyword, **flag.options)
 
 
 def _sampling_options(parser: argparse.ArgumentParser, seed_help: str) -> None:

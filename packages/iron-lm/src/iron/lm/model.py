@@ -160,12 +160,14 @@ class GraphModel:
         max_seq_len: int | None = None,
         device=None,
         progress: bool | None = None,
+        **options,
     ):
         """Read config.json, generation_config.json, the safetensors and
         tokenizer.json of `path`, compile the versions wanted ahead and
         upload the weights, handing each 64 MiB piece's pages back to the
         kernel. `progress`: bars for compile and upload (None: only on a
-        terminal)."""
+        terminal); `options`: the app's own, for its constructor (an
+        `iron.lm.cli.ModelFlag` on the command line)."""
         started = time.perf_counter()
         path = Path(path)
         config = cls.config_class.from_file(path)
@@ -187,6 +189,7 @@ class GraphModel:
             release=checkpoint.release,
             check_intact=checkpoint.check_intact,
             copy=checkpoint.copyto,
+            **options,
         )
         model.generation_config = generation
         model.eos_token_ids = tuple(
