@@ -250,6 +250,11 @@ SLOW = ModelFlag(
     "seconds_per_token",
     {"type": float, "default": 0.0, "metavar": "S", "help": "sleep in every decode"},
 )
+SLOW = ModelFlag(
+    ("--seconds-per-token",),
+    "seconds_per_token",
+    {"type": float, "default": 0.0, "metavar": "S", "help": "sleep in every decode"},
+)
 APP = App(
     name="iron-bigram",
     title="A bigram model on IRON (iron-lm's test app).",
@@ -266,13 +271,7 @@ APP = App(
     real_model="There is no real bigram checkpoint: this app exists to test iron-lm.",
     model_help="a bigram model directory",
     demo_model="bigram",
-    model_flags=[
-        ModelFlag(
-            ("--seconds-per-token",),
-            "seconds_per_token",
-            {"type": float, "default": 0.0, "metavar": "S", "help": "sleep in every decode"},
-        ),
-    ],  # fmt: skip
+    model_flags=[SLOW],
 )
 
 if __name__ == "__main__":
