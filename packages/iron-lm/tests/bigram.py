@@ -250,11 +250,6 @@ SLOW = ModelFlag(
     "seconds_per_token",
     {"type": float, "default": 0.0, "metavar": "S", "help": "sleep in every decode"},
 )
-SLOW = ModelFlag(
-    ("--seconds-per-token",),
-    "seconds_per_token",
-    {"type": float, "default": 0.0, "metavar": "S", "help": "sleep in every decode"},
-)
 APP = App(
     name="iron-bigram",
     title="A bigram model on IRON (iron-lm's test app).",
