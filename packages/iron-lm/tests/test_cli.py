@@ -10,7 +10,7 @@ import numpy as np
 from cli_runner import run
 
 from iron.lm import OracleModel, Tokenizer
-from iron.lm.files import printable
+from iron.lm.cli import printable
 
 
 def oracle_greedy(model_dir, ids, count, stop=()):

@@ -249,3 +249,14 @@ def test_ctrl_c_ends_the_server_quietly(bigram_dir):
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 130
         assert process.stderr.read() == "iron-bigram serve: interrupted\n"
+
+
+def test_ctrl_c_cancels_a_running_answer_and_ends_within_the_grace(bigram_dir):
+    with serving(bigram_dir, "--seconds-per-token", 0.1) as (client, process):
+        stream = client.completions.create(model="model", prompt="Iron", max_tokens=400,
+                                           temperature=0, stream=True)  # fmt: skip
+        next(iter(stream))  # it runs: 40 s unless cancelled
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130 and time.monotonic() - started < 10
+        assert process.stderr.read() == "iron-bigram serve: interrupted\n"

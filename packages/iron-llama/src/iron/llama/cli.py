@@ -13,8 +13,7 @@ from iron.llama.model import Model
 from iron.llama.reference import Oracle, OracleModel
 from iron.llama.synthetic import PRESETS, ensure_synthetic, make_synthetic, synthetic_config
 from iron.llama.weights import LlamaWeights
-from iron.lm.cli import App, SyntheticModels, side_by_side
-from iron.lm.files import printable
+from iron.lm.cli import App, SyntheticModels, printable, side_by_side
 from iron.lm.synthetic import paragraphs
 
 __all__ = ["APP", "demo_dir", "main", "paragraphs", "printable", "side_by_side"]

@@ -32,9 +32,8 @@ from iron.dispatch import BackendUnavailable, cache_home
 from iron.dispatch.selection import backend_names, get_backend
 from iron.lm.backends import checked_settings
 from iron.lm.checks import AccuracyBounds, check_accuracy, check_determinism
-from iron.lm.files import printable
 from iron.lm.generation import NonFiniteLogits, check_fits, complete
-from iron.lm.model import GraphModel
+from iron.lm.model import GraphModel, progress_bar
 from iron.lm.protocols import CausalLM
 from iron.lm.sampling import Sampler
 from iron.lm.synthetic import paragraphs
@@ -52,7 +51,8 @@ class SyntheticModels:
     config of a preset (bad arguments fail here, before any output), the
     tensor names of a config (for the progress bar), and its
     `make_synthetic(dir, preset, layers, seed, progress)` and
-    `ensure_synthetic(...)` (write only when missing or another recipe)."""
+    `ensure_synthetic(...)` (write only when missing or another recipe).
+    `demo` writes the preset named "tiny"."""
 
     presets: Sequence[str]
     config: Callable[[str, int | None], Any]
@@ -103,6 +103,21 @@ class App:
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         return _main(self, argv)
+
+
+def printable(text: str) -> str:
+    """`text` with control characters other than newline and tab shown, not
+    sent (an ESC or CSI drawn by a random model, or in a file name, must
+    not reach the terminal as an escape sequence): C0 and DEL as their
+    Unicode control pictures, C1 as the replacement character."""
+
+    def shown(c: str) -> str:
+        code = ord(c)
+        if c in "\n\t" or 0x20 <= code < 0x7F or code > 0x9F:
+            return c
+        return chr(0x2400 + code) if code < 0x20 else "\u2421" if code == 0x7F else "\ufffd"
+
+    return "".join(map(shown, text))
 
 
 # ---- commands ----
@@ -347,7 +362,7 @@ def _progress(args: argparse.Namespace) -> bool | None:
 
 
 def _bar(total: int, desc: str, args: argparse.Namespace) -> tqdm:
-    return tqdm(total=total, desc=desc, unit="tensor", disable=args.quiet or None, file=sys.stderr)
+    return progress_bar(_progress(args), total=total, desc=desc, unit="tensor")
 
 
 def _model_dir(path: Path) -> Path:

@@ -99,18 +99,3 @@ def read_json(path: str | Path, error: type[Exception] = ValueError) -> dict[str
     if not isinstance(parsed, dict):
         raise error(f"{path}: must hold a JSON object, got {type(parsed).__name__}")
     return parsed
-
-
-def printable(text: str) -> str:
-    """`text` with control characters other than newline and tab shown, not
-    sent (an ESC or CSI drawn by a random model, or in a file name, must
-    not reach the terminal as an escape sequence): C0 and DEL as their
-    Unicode control pictures, C1 as the replacement character."""
-
-    def shown(c: str) -> str:
-        code = ord(c)
-        if c in "\n\t" or 0x20 <= code < 0x7F or code > 0x9F:
-            return c
-        return chr(0x2400 + code) if code < 0x20 else "\u2421" if code == 0x7F else "\ufffd"
-
-    return "".join(map(shown, text))

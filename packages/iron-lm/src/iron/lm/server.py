@@ -35,6 +35,9 @@ from iron.lm.generation import Completion, complete
 from iron.lm.model import GraphModel
 from iron.lm.sampling import Sampler
 
+#: how long an interrupted server lets open answers finish (a cancelled
+#: generation stops within a token)
+SHUTDOWN_SECONDS = 5
 #: stop strings a request may give (OpenAI's limit)
 MAX_STOPS = 4
 #: completion tokens when a /v1/completions request names none (OpenAI's default)
@@ -81,7 +84,7 @@ def _bad(message: str, param: str | None = None, code: str | None = None) -> Api
     return ApiError(400, message, param, code)
 
 
-@dataclass
+@dataclass(eq=False)  # one job is one request: hashed by identity
 class Job:
     """One request as the worker runs it. `post(event)` hands an event to
     the request's handler from the worker thread: ("text", piece),
@@ -105,23 +108,28 @@ class Engine:
         self.model, self.limit = model, queue
         self._jobs: queues.SimpleQueue[Job | None] = queues.SimpleQueue()
         self._lock = threading.Lock()
-        self._admitted = 0  # waiting or running
+        self._admitted: set[Job] = set()  # waiting or running
         self._thread = threading.Thread(target=self._work, name="iron-lm-model", daemon=True)
         self._thread.start()
 
     def submit(self, job: Job) -> None:
         with self._lock:
-            if self._admitted > self.limit:
+            if len(self._admitted) > self.limit:
                 raise ApiError(
                     503,
                     f"the model is busy: one request runs and {self.limit} wait; retry shortly",
                     code="busy",
                     headers={"Retry-After": "1"},
                 )
-            self._admitted += 1
+            self._admitted.add(job)
         self._jobs.put(job)
 
     def close(self) -> None:
+        """Cancel what runs and waits (each stops before its next token), and
+        end the worker."""
+        with self._lock:
+            for job in self._admitted:
+                job.cancelled.set()
         self._jobs.put(None)
         self._thread.join()
 
@@ -134,7 +142,7 @@ class Engine:
                 job.post(("error", f"{type(error).__name__}: {error}"))
             finally:
                 with self._lock:
-                    self._admitted -= 1
+                    self._admitted.discard(job)
 
     def _run(self, job: Job) -> Completion:
         model = self.model
@@ -176,7 +184,7 @@ def _integer(body: dict, name: str, low: int) -> int | None:
 
 
 @dataclass(frozen=True)
-class Settings:
+class RequestOptions:
     """What a request asks beyond its prompt."""
 
     max_tokens: int | None
@@ -186,7 +194,7 @@ class Settings:
     include_usage: bool
 
 
-def _settings(body: dict, engine: Engine, served: str) -> Settings:
+def _options(body: dict, engine: Engine, served: str) -> RequestOptions:
     model = body.get("model")
     if not isinstance(model, str):
         raise _bad("model: required, the name /v1/models lists", "model")
@@ -232,7 +240,7 @@ def _settings(body: dict, engine: Engine, served: str) -> Settings:
         )
     max_tokens = _integer(body, "max_completion_tokens", 1)
     max_tokens = _integer(body, "max_tokens", 1) if max_tokens is None else max_tokens
-    return Settings(
+    return RequestOptions(
         max_tokens,
         Sampler(temperature, top_k if top_k and top_k > 0 else None, seed, top_p),
         stop,
@@ -271,19 +279,19 @@ def _chat_ids(body: dict, engine: Engine) -> list[int]:
 
 
 def _budget(
-    ids: list[int], settings: Settings, engine: Engine, default: int | None, prompt_param: str
+    ids: list[int], options: RequestOptions, engine: Engine, default: int | None, prompt_param: str
 ) -> int:
     """The completion's token budget (`default` when the request names none;
     None: the rest of the context). A request that cannot fit is 400."""
     context = engine.model.max_seq_len
     room = context - len(ids)
-    wanted = settings.max_tokens if settings.max_tokens is not None else default
+    wanted = options.max_tokens if options.max_tokens is not None else default
     if room < 1 or (wanted is not None and wanted > room):
         asked = wanted or 1
         raise _bad(
             f"this model's context holds {context} tokens; the request needs "
             f"{len(ids) + asked} ({len(ids)} in the prompt, {asked} to generate)",
-            prompt_param if room < 1 or settings.max_tokens is None else "max_tokens",
+            prompt_param if room < 1 or options.max_tokens is None else "max_tokens",
             "context_length_exceeded",
         )
     return room if wanted is None else wanted
@@ -346,15 +354,17 @@ def _event(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
 
 
-async def _run(engine: Engine, answer: _Answer, ids: list[int], settings: Settings, budget: int):
+async def _run(
+    engine: Engine, answer: _Answer, ids: list[int], options: RequestOptions, budget: int
+):
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     job = Job(
-        ids, budget, settings.sampler, settings.stop,
+        ids, budget, options.sampler, options.stop,
         post=lambda event: loop.call_soon_threadsafe(events.put_nowait, event),
     )  # fmt: skip
     engine.submit(job)
-    if not settings.stream:
+    if not options.stream:
         try:
             while (event := await events.get())[0] == "text":
                 pass
@@ -380,7 +390,7 @@ async def _run(engine: Engine, answer: _Answer, ids: list[int], settings: Settin
                     return
                 else:
                     yield _event(answer.chunk(finish=payload.finish_reason))
-                    if settings.include_usage:
+                    if options.include_usage:
                         yield _event(answer.usage_chunk(payload, len(ids)))
                     yield _event("[DONE]")
                     return
@@ -409,17 +419,17 @@ def build_app(engine: Engine, served: str) -> Starlette:
 
     async def completions(request: Request) -> Response:
         body = await _body(request)
-        settings = _settings(body, engine, served)
+        options = _options(body, engine, served)
         ids = _prompt_ids(body, engine)
-        budget = _budget(ids, settings, engine, COMPLETIONS_DEFAULT_TOKENS, "prompt")
-        return await _run(engine, _Answer(False, served), ids, settings, budget)
+        budget = _budget(ids, options, engine, COMPLETIONS_DEFAULT_TOKENS, "prompt")
+        return await _run(engine, _Answer(False, served), ids, options, budget)
 
     async def chat_completions(request: Request) -> Response:
         body = await _body(request)
-        settings = _settings(body, engine, served)
+        options = _options(body, engine, served)
         ids = _chat_ids(body, engine)
-        budget = _budget(ids, settings, engine, None, "messages")
-        return await _run(engine, _Answer(True, served), ids, settings, budget)
+        budget = _budget(ids, options, engine, None, "messages")
+        return await _run(engine, _Answer(True, served), ids, options, budget)
 
     async def api_error(request: Request, error: ApiError) -> Response:
         return error.response()
@@ -455,7 +465,11 @@ def serve(
         with socket.create_server((host, port), family=family) as sock:
             bound = sock.getsockname()[1]
             config = uvicorn.Config(
-                build_app(engine, name), log_level="warning", access_log=False, lifespan="off"
+                build_app(engine, name),
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=SHUTDOWN_SECONDS,
             )
             if ready is not None:
                 ready(
