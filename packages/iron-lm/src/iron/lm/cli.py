@@ -130,7 +130,7 @@ def _generate(app: App, args: argparse.Namespace) -> int:
     sampler = _sampler(args)
     ids = Tokenizer.from_pretrained(args.model).prompt(text)
     model = _load(app, args, len(ids), args.num_tokens)
-    print(text, end="", flush=True)
+    print(printable(text), end="", flush=True)
     _stream(model, ids, args.num_tokens, sampler, stop_strings=args.stop)
     print(model.metrics.table(), file=sys.stderr)
     return 0

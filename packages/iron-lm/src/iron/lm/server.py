@@ -206,13 +206,12 @@ def _options(body: dict, engine: Engine, served: str) -> RequestOptions:
     for name, allowed in _UNSUPPORTED.items():
         if name in body and body[name] not in allowed:
             raise _bad(f"{name}={body[name]!r}: not supported by this server", name)
-    defaults = engine.model.generation_config
-    sampling_default = defaults.do_sample is not False
-    temperature = _number(
-        body, "temperature",
-        (defaults.temperature if defaults.temperature is not None else 1.0) if sampling_default else 0.0,
-        0, 2,
-    )  # fmt: skip
+    defaults = engine.model.generation_config  # the checkpoint's, else OpenAI's
+    if defaults.do_sample is False:
+        default_temperature = 0.0
+    else:
+        default_temperature = 1.0 if defaults.temperature is None else defaults.temperature
+    temperature = _number(body, "temperature", default_temperature, 0, 2)
     top_p = _number(body, "top_p", defaults.top_p or 1.0, 0, 1, low_open=True)
     top_k = body.get("top_k", defaults.top_k)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
@@ -232,10 +231,11 @@ def _options(body: dict, engine: Engine, served: str) -> RequestOptions:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad(f"stream={stream!r}: must be true or false", "stream")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
+    stream_options = body.get("stream_options") or {}
+    usage = stream_options.get("include_usage", False) if isinstance(stream_options, dict) else None
+    if not isinstance(usage, bool):
         raise _bad(
-            f"stream_options={options!r}: an object with include_usage true or false",
+            f"stream_options={stream_options!r}: an object with include_usage true or false",
             "stream_options",
         )
     max_tokens = _integer(body, "max_completion_tokens", 1)
@@ -245,7 +245,7 @@ def _options(body: dict, engine: Engine, served: str) -> RequestOptions:
         Sampler(temperature, top_k if top_k and top_k > 0 else None, seed, top_p),
         stop,
         stream,
-        options.get("include_usage", False),
+        usage,
     )
 
 
