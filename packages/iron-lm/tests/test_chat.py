@@ -152,6 +152,7 @@ def test_llama32_template_with_its_date(tmp_path):
 def test_gemma3_template_from_tokenizer_files(tmp_path):
     directory = model_dir(tmp_path, GEMMA_SPECIAL, {
         "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
+        "add_bos_token": True, "add_eos_token": False, "boi_token": "<start_of_image>",
         "chat_template": GEMMA3,
     })  # fmt: skip
     tokenizer = Tokenizer.from_pretrained(directory)
@@ -223,3 +224,11 @@ def test_no_template_is_said_when_chat_is_asked_for(tmp_path):
     assert tokenizer.chat_template is None
     with pytest.raises(ChatTemplateError, match="has no chat template"):
         tokenizer.chat_prompt(CONVERSATION)
+
+
+def test_a_special_token_of_the_wrong_type_is_named(tmp_path):
+    directory = model_dir(tmp_path, LLAMA_SPECIAL, {"eos_token": 7, "chat_template": LLAMA3})
+    with pytest.raises(
+        ChatTemplateError, match=r"tokenizer_config\.json: eos_token=7: must be a string"
+    ):
+        Tokenizer.from_pretrained(directory)

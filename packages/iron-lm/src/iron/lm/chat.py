@@ -139,10 +139,10 @@ class ChatTemplate:
 def special_tokens(config: Mapping[str, Any], path: Path) -> dict[str, str]:
     """tokenizer_config.json's special tokens by name (`bos_token`, ...): a
     string, or an object whose `content` is one (how transformers writes an
-    AddedToken)."""
+    AddedToken). The `add_*_token` switches beside them are not tokens."""
     found = {}
     for key, value in config.items():
-        if not key.endswith("_token") or value is None:
+        if not key.endswith("_token") or key.startswith("add_") or value is None:
             continue
         if isinstance(value, Mapping):
             value = value.get("content")
