@@ -15,7 +15,7 @@ from pathlib import Path
 import bigram
 import numpy as np
 import pytest
-from cli_runner import run
+from bigram_cli import run
 
 from iron.lm import (
     Checkpoint,

@@ -7,7 +7,7 @@ import re
 
 import bigram
 import numpy as np
-from cli_runner import run
+from bigram_cli import run
 
 from iron.lm import OracleModel, Tokenizer
 from iron.lm.cli import printable
