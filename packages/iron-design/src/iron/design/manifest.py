@@ -18,6 +18,7 @@ the constraints are read off the source by hand, with the line they cite.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.resources
 import json
@@ -135,6 +136,14 @@ class Manifest:
             for part in (*entry.extra_sources, *entry.include_dirs):
                 if part not in self.mlir_aie and part not in self.shipped:
                     raise ManifestError(f"{self.package}: kernel {entry.label}: {part} is unlisted")
+            known = {n for _, n in entry.args} | set(entry.defines)
+            for constraint in entry.constraints:
+                unknown = [n for n in _names(constraint.rule, bare=True) if n not in known]
+                if entry.args and unknown:
+                    raise ManifestError(
+                        f"{self.package}: kernel {entry.label}: constraint {constraint.rule!r} "
+                        f"reads {', '.join(unknown)}, neither an argument nor a define it lists"
+                    )
 
     @classmethod
     def from_json(cls, data: Mapping) -> Manifest:
@@ -186,8 +195,9 @@ class Manifest:
         )
 
 
+@functools.cache
 def load(package: str) -> Manifest:
-    """The manifest `package` ships (``kernels/manifest.json``)."""
+    """The manifest `package` ships (``kernels/manifest.json``), read once."""
     text = (importlib.resources.files(package) / MANIFEST_FILE).read_text()
     return Manifest.from_json(json.loads(text))
 
@@ -231,15 +241,14 @@ def kernel_problems(
     argument count or type, a define, an extra source or include dir that
     differs from its entry; a constraint the call breaks. Empty when none."""
     manifests = list(manifests)
-    found = [(m, m.entry_for(kernel, arch)) for m in manifests]
-    found = [(m, e) for m, e in found if e is not None]
     where = f"kernel {kernel.symbol} on {arch}"
-    if not found:
+    found = _entry(manifests, kernel, arch)
+    if found is None:
         keys = {source_key(kernel.source, arch, m.package) for m in manifests}
         return [
             f"{where}: no manifest lists {kernel.symbol} in {' or '.join(sorted(keys))} for {arch}"
         ]
-    manifest, entry = found[0]
+    manifest, entry = found
     problems = []
     given = tuple(c_type(a) for a in kernel.args)
     wanted = tuple(t for t, _ in entry.args)
@@ -261,25 +270,41 @@ def kernel_problems(
             problems.append(
                 f"{where}: {what} [{', '.join(have)}]; its object needs [{', '.join(listed)}]"
             )
-    names = dict(defines)
-    if call is not None:
-        for (_, name), arg, value in zip(entry.args, kernel.args, call.args):
-            if isinstance(arg, Memref):
-                names[name] = arg.shape[0] if len(arg.shape) == 1 else _count(arg)
-            elif not isinstance(value, Param):
-                names[name] = value
-    else:
-        for (_, name), arg in zip(entry.args, kernel.args):
-            if isinstance(arg, Memref):
-                names[name] = _count(arg)
-    for constraint in entry.constraints:
-        verdict = evaluate(constraint.rule, names)
-        if verdict is False:
-            problems.append(
-                f"{where}: breaks {constraint.rule} ({constraint.cites}) with "
-                + ", ".join(f"{n}={names[n]}" for n in _names(constraint.rule) if n in names)
-            )
+    for _, constraint, names in broken_constraints(manifests, kernel, arch, call):
+        problems.append(
+            f"{where}: breaks {constraint.rule} ({constraint.cites}) with "
+            + ", ".join(f"{n}={names[n]}" for n in _names(constraint.rule) if n in names)
+        )
     return problems
+
+
+def _entry(manifests: list[Manifest], kernel: Kernel, arch: str):
+    for manifest in manifests:
+        entry = manifest.entry_for(kernel, arch)
+        if entry is not None:
+            return manifest, entry
+    return None
+
+
+def broken_constraints(
+    manifests: Iterable[Manifest], kernel: Kernel, arch: str, call: Call | None = None
+) -> list[tuple[KernelEntry, Constraint, dict]]:
+    """The constraints of `kernel`'s entry that its build (and `call`, when
+    given) breaks, each with the names it was evaluated with: the defines,
+    each Memref argument's element count, and the call's int scalars (a
+    per-call parameter leaves a constraint unchecked: the design keeps it)."""
+    found = _entry(list(manifests), kernel, arch)
+    if found is None:
+        return []
+    _, entry = found
+    names: dict[str, object] = dict(defines_of(kernel))
+    values = call.args if call is not None else (None,) * len(kernel.args)
+    for (_, name), arg, value in zip(entry.args, kernel.args, values):
+        if isinstance(arg, Memref):
+            names[name] = _count(arg)
+        elif value is not None and not isinstance(value, Param):
+            names[name] = value
+    return [(entry, c, names) for c in entry.constraints if evaluate(c.rule, names) is False]
 
 
 def _count(arg: Memref) -> int:
@@ -325,9 +350,14 @@ def _check_expression(tree: ast.AST) -> None:
             raise ManifestError("the one call allowed is defined(NAME)")
 
 
-def _names(rule: str) -> list[str]:
+def _names(rule: str, *, bare: bool = False) -> list[str]:
+    """The names `rule` reads; `bare`: only those outside ``defined(...)``."""
     tree = ast.parse(rule, mode="eval")
-    return sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id != "defined"})
+    tested = {
+        n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call) and bare
+    }  # fmt: skip
+    found = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id != "defined"}
+    return sorted(found - tested)
 
 
 class _Unknown(Exception):
@@ -562,6 +592,28 @@ def reaches(symbol: str, signatures: Mapping[str, Signature], text: str) -> str:
         parts.append(bodies[name])
         todo += re.findall(r"\b([A-Za-z_]\w*)\s*(?:<[^<>;]*>)?\s*\(", bodies[name])
     return "\n".join(parts)
+
+
+def catalog_problems(family: str, device, manifests: Iterable[Manifest]) -> tuple[int, list[str]]:
+    """(designs checked, problems) of every declared case of `family` that
+    has a design on `device`: `design_problems`, and every mlir-aie file a
+    kernel names (its source, extra sources, include dirs) that the
+    manifests hold no object of at the pin."""
+    from iron.design.operators import catalog_designs  # the registry: only when asked
+
+    manifests = list(manifests)
+    listed = {path for m in manifests for path in m.mlir_aie}
+    designs = [c.design for c in catalog_designs(device, family) if c.design is not None]
+    problems = [p for d in designs for p in design_problems(d, manifests)]
+    for design in designs:
+        for kernel in design.kernels:
+            for part in (*kernel.source.parts, *kernel.source.include_dirs):
+                key = source_key(part, device.arch)
+                if part.package is None and key not in listed:
+                    problems.append(
+                        f"{design.name}: {kernel.symbol} names {key}: no object at the pin"
+                    )
+    return len(designs), list(dict.fromkeys(problems))
 
 
 def shipped_problems(manifest: Manifest) -> list[str]:
