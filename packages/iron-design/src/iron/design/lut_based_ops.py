@@ -8,6 +8,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from iron.core.numerics import round_to_bf16
+
 #: (slope, offset) of tanh on each quarter of [0, 4), as bf16 values, read
 #: from ``lut_based_ops.cpp`` (``tanh_lut_ab``); the table there holds both
 #: halves, the negative one mirrored (odd symmetry)
@@ -37,14 +39,17 @@ _TANH_OFFSET = np.array(
 )
 
 
-def tanh_bf16(x) -> np.ndarray:
+def tanh_bf16(x, *, floor: bool = False) -> np.ndarray:
     """``getTanhBf16``: aie::linear_approx over 32 segments of width 1/4 on
     [-4, 4] (step_bits -2, bias 16), the index floored and saturated at both
-    ends, slope * x + offset in the float accumulator, returned as bf16
-    (rounded to nearest even, the mode the kernels that call it set). `x`
-    is read as bf16 (the function takes a bf16 vector); the result is bf16."""
-    x = np.asarray(x).astype(ml_dtypes.bfloat16).astype(np.float32)
+    ends, slope * x + offset in the float accumulator, returned as bf16 in
+    the core's rounding mode: to nearest even, or (`floor`) toward -inf.
+    `x` must hold bf16 values (the function takes a bf16 vector; a caller
+    converts in its own mode); the result is bf16."""
+    x = np.asarray(x, np.float32)
+    if not np.array_equal(x.astype(ml_dtypes.bfloat16).astype(np.float32), x, equal_nan=True):
+        raise ValueError("getTanhBf16 reads bf16 values; convert the argument first")
     with np.errstate(invalid="ignore"):
         index = np.clip(np.floor(x * np.float32(4)), -16, 15).astype(np.int64) + 16
     index = np.where(np.isnan(x), 16, index)
-    return (_TANH_SLOPE[index] * x + _TANH_OFFSET[index]).astype(ml_dtypes.bfloat16)
+    return round_to_bf16(_TANH_SLOPE[index] * x + _TANH_OFFSET[index], floor=floor)

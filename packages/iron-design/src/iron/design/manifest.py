@@ -90,7 +90,8 @@ class Constraint:
 
 @attrs.frozen
 class KernelEntry:
-    """One symbol of one source, as built for `archs`."""
+    """One symbol of one source, as built for `archs` (and, with `when`,
+    with the defines it states)."""
 
     symbol: str
     source: str
@@ -107,6 +108,17 @@ class KernelEntry:
     )
     vector: bool = True
     note: str = ""
+    when: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if self.when:
+            Constraint(self.when, "when")  # checks the expression
+
+    def describes(self, kernel: Kernel) -> bool:
+        """Whether this entry is `kernel`'s build: its `when` (an expression
+        over the build's defines, like a constraint) holds; an entry
+        without one describes every build."""
+        return not self.when or evaluate(self.when, defines_of(kernel)) is True
 
     @property
     def label(self) -> str:
@@ -168,6 +180,8 @@ class Manifest:
                 out["constraints"] = [{"rule": c.rule, "cites": c.cites} for c in k.constraints]
             if not k.vector:
                 out["vector"] = False
+            if k.when:
+                out["when"] = k.when
             if k.note:
                 out["note"] = k.note
             return out
@@ -189,7 +203,9 @@ class Manifest:
             (
                 k
                 for k in self.kernels
-                if (k.symbol, k.source) == (kernel.symbol, key) and arch in k.archs
+                if (k.symbol, k.source) == (kernel.symbol, key)
+                and arch in k.archs
+                and k.describes(kernel)
             ),
             None,
         )
@@ -471,22 +487,26 @@ _GUARD = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)$", re.M)
 
 
 def _guards_at(text: str, index: int) -> tuple[str, ...]:
-    """The names the open preprocessor conditions at `index` test."""
+    """The defines the open preprocessor conditions at `index` require
+    (``#ifdef X``, ``#if defined(X)``; not those they require absent, nor
+    an ``#else`` branch's)."""
     stack: list[list[str]] = []
     for match in _GUARD.finditer(text, 0, index):
         kind, rest = match.group(1), match.group(2)
         if kind in ("if", "ifdef", "ifndef"):
             stack.append([])
-        if kind in ("endif",):
+        elif kind == "endif":
             if stack:
                 stack.pop()
             continue
-        if kind in ("else",) or not stack:
+        if not stack:
             continue
-        if kind in ("ifdef", "ifndef"):
-            stack[-1].append(rest.split()[0])
-        else:
-            stack[-1].extend(re.findall(r"defined\s*\(?\s*([A-Za-z_]\w*)", rest))
+        if kind == "ifdef":
+            stack[-1] = [rest.split()[0]]
+        elif kind in ("if", "elif"):
+            stack[-1] = re.findall(r"(?<!!)\bdefined\s*\(?\s*([A-Za-z_]\w*)", rest)
+        elif kind == "else":
+            stack[-1] = []
     return tuple(name for frame in stack for name in frame)
 
 

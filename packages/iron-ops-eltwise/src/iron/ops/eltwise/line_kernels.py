@@ -150,7 +150,7 @@ def _tanh_of(arch: str):
     """The generation's tanh of float32 lanes, as float32 holding a bf16:
     aie2 rounds the argument to bf16 for its table."""
     if arch == "aie2":
-        return lambda z: _f32(tanh_lut(z))
+        return lambda z: _f32(tanh_lut(_round(z)))
     return tanh_native
 
 

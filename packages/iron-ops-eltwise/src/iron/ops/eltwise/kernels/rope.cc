@@ -8,6 +8,8 @@
 // rows.py.
 #include "iron_aie.h"
 
+#include <utility>
+
 namespace {
 
 constexpr int32_t LANES = 16;
