@@ -85,6 +85,8 @@ def test_the_extern_c_functions_of_a_source_are_read_with_types_and_guards():
         ("not defined(C_COL_MAJ)", {"C_COL_MAJ": "1"}, False),
         ("not defined(C_COL_MAJ)", {}, True),
         ("valid <= n", {"n": 64}, None),  # a per-call value: unknown
+        ("valid <= n and n <= x", {"n": 64, "x": 32}, False),  # decided without it
+        ("valid <= n and n <= x", {"n": 64, "x": 64}, None),
         ("A * B == c", {"A": "4", "B": "8", "c": 32}, True),
     ],
 )

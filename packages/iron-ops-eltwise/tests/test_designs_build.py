@@ -4,6 +4,7 @@ file (mlir-aie's silu.cc or gelu.cc for a 1024-element line, else ours); on
 aie2p the kernel file alone. The command lines need no toolchain; the build
 does."""
 
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from iron.core import Device
 from iron.design import ToolchainError, build, design_of, find_toolchain, peano_commands, to_mlir
 from iron.ops.eltwise import GELU, Sigmoid, SiLU, Tanh
 
-KERNELS = Path(__file__).parents[1] / "src" / "iron" / "ops" / "eltwise" / "kernels"
+KERNELS = Path(str(files("iron.ops.eltwise") / "kernels"))  # as installed
 #: (operator, line, the main source on each architecture: mlir-aie's file or ours)
 ACTIVATIONS = [
     (Tanh, 1024, None),

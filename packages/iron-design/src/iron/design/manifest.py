@@ -22,6 +22,7 @@ import functools
 import hashlib
 import importlib.resources
 import json
+import math
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -324,10 +325,7 @@ def broken_constraints(
 
 
 def _count(arg: Memref) -> int:
-    count = 1
-    for d in arg.shape:
-        count *= d
-    return count
+    return math.prod(arg.shape)
 
 
 def design_problems(design: Design, manifests: Iterable[Manifest]) -> list[str]:
@@ -367,13 +365,13 @@ def _check_expression(tree: ast.AST) -> None:
 
 
 def _names(rule: str, *, bare: bool = False) -> list[str]:
-    """The names `rule` reads; `bare`: only those outside ``defined(...)``."""
+    """The names `rule` reads; `bare`: only those it reads a value of (not
+    the ones it only tests with ``defined(...)``)."""
     tree = ast.parse(rule, mode="eval")
-    tested = {
-        n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call) and bare
-    }  # fmt: skip
     found = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id != "defined"}
-    return sorted(found - tested)
+    if bare:
+        found -= {n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return sorted(found)
 
 
 class _Unknown(Exception):
@@ -405,8 +403,20 @@ def evaluate(rule: str, names: Mapping[str, object]) -> bool | None:
                     return raw
             return raw
         if isinstance(node, ast.BoolOp):
-            results = [value(v) for v in node.values]
-            return all(results) if isinstance(node.op, ast.And) else any(results)
+            # three-valued: one False decides an `and` (one True an `or`)
+            # even where another operand reads a per-call value
+            results = []
+            for operand in node.values:
+                try:
+                    results.append(bool(value(operand)))
+                except _Unknown:
+                    results.append(None)
+            decisive = isinstance(node.op, ast.Or)
+            if decisive in results:
+                return decisive
+            if None in results:
+                raise _Unknown("an operand")
+            return not decisive
         if isinstance(node, ast.UnaryOp):
             inner = value(node.operand)
             return (not inner) if isinstance(node.op, ast.Not) else -inner

@@ -109,15 +109,16 @@ def lane_sums(values: np.ndarray, lanes: int) -> np.ndarray:
     return per_lane
 
 
-def sum_lanes(lanes: np.ndarray) -> np.float32:
-    """The lanes added pairwise by halves, k with k + width/2 (our kernels'
-    `iron::sum_lanes`; mlir-aie's kernels call aie::reduce_add, whose order
-    is not published and is modelled the same)."""
+def sum_lanes(lanes: np.ndarray) -> np.ndarray:
+    """The float32 lanes on the last axis added pairwise by halves, lane k
+    with k + width/2 (our kernels' `iron::sum_lanes`; mlir-aie's kernels
+    call aie::reduce_add, whose order is not published and is modelled the
+    same)."""
     lanes = np.asarray(lanes, np.float32)
-    while len(lanes) > 1:
-        half = len(lanes) // 2
-        lanes = lanes[:half] + lanes[half:]
-    return np.float32(lanes[0])
+    while lanes.shape[-1] > 1:
+        half = lanes.shape[-1] // 2
+        lanes = lanes[..., :half] + lanes[..., half:]
+    return lanes[..., 0]
 
 
 def _tail_sum(start: np.float32, values: np.ndarray) -> np.float32:

@@ -45,7 +45,9 @@ def _ours(file: str):
 
 def sum_lanes(lanes: np.ndarray) -> np.ndarray:
     """The last axis (16 float32 lanes) added pairwise by halves, lane k with
-    k + width/2 (`iron::sum_lanes` in kernels/iron_gemm.h)."""
+    k + width/2 (`iron::sum_lanes` in kernels/iron_gemm.h; the eltwise
+    family's row models add the same way, `iron.ops.eltwise.rows.sum_lanes`,
+    which this family does not import to stay light)."""
     lanes = np.asarray(lanes, np.float32)
     while lanes.shape[-1] > 1:
         half = lanes.shape[-1] // 2
