@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from iron.core import IN, OUT
+from iron.core import IN, OUT, bf16
 from iron.core.numerics import round_to_bf16
 from iron.design import (
     TAP,
@@ -104,15 +104,19 @@ def block_product(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> np.ndarray:
     """C + A B as the float32 accumulator takes it from 8-k MAC steps: each
     step's products summed exactly (float64) and rounded to float32, then
     added to the accumulator (rounding), step after step. On aie2p both
-    operands are bfp16 there, so a step's sum is exact in float32 anyway."""
+    operands are bfp16 there, so a step's sum is exact in float32 anyway.
+    (iron-ops-gemm's core_kernels has the same function for mm.cc; this
+    family does not depend on that one.)"""
     m, k = A.shape
     steps = np.einsum(
         "mbj,bjn->bmn",
         A.reshape(m, k // MAC_K, MAC_K).astype(np.float64),
         B.reshape(k // MAC_K, MAC_K, -1).astype(np.float64),
-    )
-    stacked = np.concatenate([C[None].astype(np.float32), steps.astype(np.float32)])
-    return np.cumsum(stacked, axis=0, dtype=np.float32)[-1]
+    ).astype(np.float32)
+    total = np.array(C, np.float32)
+    for step in steps:
+        total += step
+    return total
 
 
 def mm_model(a, b, acc, tile, *, tile_n: int, ct_k: int, b_format: BFormat, arch: str, floor: bool):
@@ -123,11 +127,17 @@ def mm_model(a, b, acc, tile, *, tile_n: int, ct_k: int, b_format: BFormat, arch
     and a bf16 B chunk the same way (the AIE API's emulated bf16 mmul); a
     bfp16 B is as packed. aie2 multiplies bf16 as it is."""
     rows = slice(tile * len(a), (tile + 1) * len(a))
-    A = np.asarray(a, np.float32)
     B = _decoded(b.tobytes(), b.dtype, tile_n, ct_k, b_format, arch == "aie2p", floor)
-    if arch == "aie2p":
-        A = quantize(A, axis=1, floor=floor)
+    A = _a_tile(a.tobytes(), a.shape, arch == "aie2p", floor)
     acc[rows] = block_product(A, B, acc[rows])
+
+
+@functools.lru_cache(maxsize=64)
+def _a_tile(raw: bytes, shape: tuple, emulated: bool, floor: bool) -> np.ndarray:
+    """An A tile's values as the multiply reads them (aie2p: through bfp16),
+    converted once for the columns that share it (a broadcast)."""
+    values = np.frombuffer(raw, bf16).reshape(shape).astype(np.float32)
+    return quantize(values, axis=1, floor=floor) if emulated else values
 
 
 @functools.lru_cache(maxsize=64)

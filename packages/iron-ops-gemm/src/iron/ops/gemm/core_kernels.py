@@ -67,14 +67,18 @@ def lane_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def block_product(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> np.ndarray:
     """C + A B as a float32 accumulator takes it from MACs over blocks of 8
     k: each block's products summed (exactly, in float64) and rounded to
-    float32, then added to the accumulator (rounding), block after block."""
+    float32, then added to the accumulator (rounding), block after block.
+    (iron-ops-flm's design has the same function for its own kernels.)"""
     m, k = A.shape
-    blocks = A.reshape(m, k // BLOCK_K, BLOCK_K).astype(np.float64)
-    terms = np.einsum(
-        "mbj,bjn->bmn", blocks, B.reshape(k // BLOCK_K, BLOCK_K, -1).astype(np.float64)
-    )
-    steps = np.concatenate([C[None].astype(np.float32), terms.astype(np.float32)])
-    return np.cumsum(steps, axis=0, dtype=np.float32)[-1]
+    steps = np.einsum(
+        "mbj,bjn->bmn",
+        A.reshape(m, k // BLOCK_K, BLOCK_K).astype(np.float64),
+        B.reshape(k // BLOCK_K, BLOCK_K, -1).astype(np.float64),
+    ).astype(np.float32)
+    total = np.array(C, np.float32)
+    for step in steps:
+        total += step
+    return total
 
 
 # ---- blocked tiles ---------------------------------------------------------------------

@@ -250,14 +250,16 @@ class GEMM(Operator):
         for arch in archs:
             kernel = matmul_kernel(arch, din, *tiles, mmul_shape(arch, din), self.b_col_maj)
             for entry, constraint, _ in broken_constraints([load("iron.ops.gemm")], kernel, arch):
-                define = next(d for d in TILE_OF_DEFINE if d in constraint.rule)
-                parameter = TILE_OF_DEFINE[define]
+                rule = constraint.rule
+                named = [p for d, p in TILE_OF_DEFINE.items() if d in rule]
+                for define, parameter in TILE_OF_DEFINE.items():
+                    rule = rule.replace(define, parameter)
                 require(
                     self,
-                    parameter,
+                    named[0] if named else "dtype_in",
                     False,
-                    f"{entry.source.removeprefix('aie_kernels/')} {entry.symbol} needs "
-                    f"{constraint.rule.replace(define, parameter)} ({constraint.cites})",
+                    f"{entry.source.removeprefix('aie_kernels/')} {entry.symbol} needs {rule} "
+                    f"({constraint.cites})",
                 )
 
     @staticmethod

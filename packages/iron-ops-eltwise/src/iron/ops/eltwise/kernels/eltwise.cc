@@ -63,8 +63,10 @@ void iron_axpy_bf16(const bfloat16 *x, const bfloat16 *y, bfloat16 *out,
     acc = ::aie::add(acc, ::aie::load_v<LANES>(y + i));
     ::aie::store_v(out + i, acc.to_vector<bfloat16>());
   }
-  for (; i < n; i++)
-    out[i] = (bfloat16)(factor * (float)x[i] + (float)y[i]);
+  for (; i < n; i++) {
+    const float scaled = factor * (float)x[i]; // its own statement: never fused
+    out[i] = (bfloat16)(scaled + (float)y[i]);
+  }
 }
 
 // y = x where x >= 0, else alpha * x (rounded once)

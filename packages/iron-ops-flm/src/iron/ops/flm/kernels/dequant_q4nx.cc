@@ -46,8 +46,8 @@ void iron_flm_dequant_q4nx(const uint8_t *block, bfp16ebs8 *out) {
   ::aie::block_vector_output_buffer_stream<bfp16ebs8, 64> stream(out);
   for (int32_t slice = 0; slice < K / SLICE_K; slice++)
     for (int32_t k8 = 0; k8 < SLICE_K / 8; k8++) {
-      // 8 k x 32 n values, k-major
-      ::aie::vector<bfloat16, 8 * N> values;
+      // 8 k x 32 n values, one vector per k
+      ::aie::vector<bfloat16, N> values[8];
       for (int32_t j = 0; j < 8; j += 2) {
         const int32_t k = slice * SLICE_K + k8 * 8 + j, g = k / GROUP_K; // k, k + 1: one group
         const auto scale = ::aie::load_v<N>(scales + g * N);
@@ -57,7 +57,7 @@ void iron_flm_dequant_q4nx(const uint8_t *block, bfp16ebs8 *out) {
           ::aie::accum<accfloat, N> v = ::aie::mul(codes_of(bytes), scale);
           v = ::aie::msc(v, one_two_eight, scale); // code * scale, exact
           v = ::aie::add(v, low);
-          values.insert(at, v.to_vector<bfloat16>());
+          values[at] = v.to_vector<bfloat16>();
         }
       }
       // each n/8 group: an 8 k x 8 n tile, transposed to 8 n x 8 k, is 8
@@ -65,7 +65,7 @@ void iron_flm_dequant_q4nx(const uint8_t *block, bfp16ebs8 *out) {
       for (int32_t n8 = 0; n8 < N / 8; n8++) {
         ::aie::vector<bfloat16, 64> tile;
         for (int32_t j = 0; j < 8; j++)
-          tile.insert(j, values.extract<N>(j).extract<8>(n8));
+          tile.insert(j, values[j].extract<8>(n8));
         ::aie::accum<accfloat, 64> blocks(::aie::transpose(tile, 8, 8));
         stream.seek(((slice * (N / 8) + n8) * (SLICE_K / 8) + k8));
         stream << blocks.to_vector<bfp16ebs8>();

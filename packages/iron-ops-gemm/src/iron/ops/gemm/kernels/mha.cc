@@ -50,7 +50,7 @@ void iron_mha_scores(const bfloat16 *q, const bfloat16 *k, float *s, int32_t q_b
         for (int32_t col = 0; col < 8; col++) {
           const int32_t query = q_block * ROWS + rb + r, key = k_block * ROWS + cb + col;
           if (key >= SEQ_LEN || (CAUSAL && key > query))
-            tile[r * 8 + col] = -__builtin_inff();
+            tile.set(-__builtin_inff(), r * 8 + col);
         }
       iron::store_8x8(s + rb * ROWS + cb, ROWS, tile);
     }
@@ -81,7 +81,8 @@ void iron_mha_softmax(const float *s, bfloat16 *p, float *alpha, float *state, i
       sums = ::aie::add(sums, e);
       ::aie::store_v(p + i * ROWS + j, e);
     }
-    total[i] = total[i] * scale + iron::sum_lanes(sums.to_vector<float>());
+    const float kept = total[i] * scale; // its own statement: never fused
+    total[i] = kept + iron::sum_lanes(sums.to_vector<float>());
     m[i] = top;
     alpha[i] = scale;
   }
@@ -100,9 +101,11 @@ void iron_mha_context(const bfloat16 *p, const float *alpha, const bfloat16 *v, 
     for (int32_t db = 0; db < HEAD_DIM; db += 8) {
       ::aie::vector<float, 64> start = ::aie::zeros<float, 64>();
       if (k_block != 0) {
-        const auto old = iron::load_8x8(acc + rb * HEAD_DIM + db, HEAD_DIM);
+        ::aie::vector<float, 64> scale; // row r's 8 lanes: alpha[rb + r]
         for (int32_t r = 0; r < 8; r++)
-          start.insert(r, ::aie::mul(old.extract<8>(r), alpha[rb + r]).to_vector<float>());
+          scale.insert(r, ::aie::broadcast<float, 8>(alpha[rb + r]));
+        const auto old = iron::load_8x8(acc + rb * HEAD_DIM + db, HEAD_DIM);
+        start = ::aie::mul(old, scale).to_vector<float>();
       }
       MMUL c(start);
       for (int32_t key = 0; key < ROWS; key += 8)

@@ -51,7 +51,8 @@ void iron_layer_norm_bf16(const bfloat16 *x, bfloat16 *y, int32_t cols) {
     squares = ::aie::mac(squares, v, v);
   }
   const float mean = iron::sum_lanes(sums.to_vector<float>()) / (float)cols;
-  float variance = iron::sum_lanes(squares.to_vector<float>()) / (float)cols - mean * mean;
+  const float mean_square = mean * mean; // its own statement: never fused
+  float variance = iron::sum_lanes(squares.to_vector<float>()) / (float)cols - mean_square;
   variance = variance > 0.0f ? variance : 0.0f;
   const float inverse = ::aie::invsqrt(variance + EPS);
   const iron::Bf16Parts parts = iron::split(inverse);
