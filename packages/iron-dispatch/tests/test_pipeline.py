@@ -165,7 +165,8 @@ def test_a_kernel_of_several_sources_is_built_as_iron_design_builds_it(tools, tm
     seq = OperatorSequence("gelu", [(GELU(size=2048, tile_size=1024), "x", "y")], ["x"], ["y"],
                            device=NPU1)  # fmt: skip
     ToolchainSim(toolchain).compile(seq.runlist, seq.layout)
-    compiles = calls(log, "clang++")
+    # the design's other kernel (ours: the rounding mode set before mlir-aie's GELU) is its own object
+    compiles = [c for c in calls(log, "clang++") if str(mlir_aie) in c[c.index("-c") + 1]]
     sources = [c[c.index("-c") + 1] for c in compiles]
     assert sources == [
         str(mlir_aie / "include/aie_kernels/aie2/gelu.cc"),
