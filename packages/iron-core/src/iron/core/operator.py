@@ -187,6 +187,7 @@ class Operator:
                 setattr(cls, name, attrs.field(default=declared, validator=check))
         cls._declared_types = declared_types  # what `parameter_types` reads back
         _check_bound(cls)
+        _check_cases(cls)
 
     def __attrs_post_init__(self) -> None:
         check_buffer_sizes(self)
@@ -467,12 +468,27 @@ class ParameterType:
 
     annotation: Any
 
+    def accepts(self, value) -> bool:
+        return _matches(value, self.annotation)
+
     def __call__(self, op, attribute, value) -> None:
-        if not _matches(value, self.annotation):
+        if not self.accepts(value):
             raise OperatorError(
                 f"{type(op).__name__}: {attribute.name}={_shown(value)}: must be "
                 f"{_describe(self.annotation)}, not {type(value).__name__}"
             )
+
+
+def _check_cases(cls: type) -> None:
+    """Refuse two declared cases with one label: a snapshot keys cases by
+    label, so the second would silently replace the first."""
+    seen = set()
+    for case in vars(cls).get("cases", ()):
+        if case.label in seen:
+            raise OperatorError(
+                f"{cls.__name__}: cases: two are labelled {case.label!r}; give one an id"
+            )
+        seen.add(case.label)
 
 
 def _check_bound(cls: type) -> None:
