@@ -7,9 +7,10 @@ from cli_runner import run
 
 import iron.core.terminal
 from iron.core import hookimpl, registry
+from iron.core.testing import undescribed_arguments
 from iron.dispatch.backends.reference import ReferenceBackend
 from iron.llama import Model, Oracle, OracleModel, Tokenizer
-from iron.llama.cli import demo_dir, paragraphs, printable
+from iron.llama.cli import _parser, demo_dir, paragraphs, printable
 
 
 def test_demo_end_to_end_in_a_fresh_cache(tmp_path, monkeypatch, capsys):
@@ -160,3 +161,9 @@ def test_backend_accepts_any_registered_backend(tiny_dir, capsys, monkeypatch):
     finally:
         registry.unregister_plugin("third-party-backend")
     assert code == 0 and re.search(r"^backend +third-party$", err, flags=re.M)
+
+
+def test_version_and_every_option_described(capsys):
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.startswith("iron-llama 0.1.0 (iron-lm 0.1.0)")
+    assert undescribed_arguments(_parser()) == []
