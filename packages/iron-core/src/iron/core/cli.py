@@ -121,8 +121,9 @@ def make_operator(name: str, params: dict, command: str) -> Operator:
     if missing:
         wrong.append(f"missing {', '.join(missing)}")
     for key, value in params.items():
-        if key in types_ and not ParameterType(types_[key]).accepts(value):
-            wrong.append(f"{key}={value!r} is not {_type_text(types_[key])}")
+        if key in types_:
+            wrong.append(ParameterType(types_[key]).problem(cls.__name__, key, value))
+    wrong = [w for w in wrong if w]
     if wrong:
         listing = table(parameter_rows(cls), ["parameter", "type", "default"])
         raise ParameterError(

@@ -468,15 +468,20 @@ class ParameterType:
 
     annotation: Any
 
-    def accepts(self, value) -> bool:
-        return _matches(value, self.annotation)
+    def problem(self, owner: str, name: str, value) -> str | None:
+        """What is wrong with `value` for parameter `name` of operator
+        `owner` ("GEMM: M='abc': must be an int ..."), or None."""
+        if _matches(value, self.annotation):
+            return None
+        return (
+            f"{owner}: {name}={_shown(value)}: must be "
+            f"{_describe(self.annotation)}, not {type(value).__name__}"
+        )
 
     def __call__(self, op, attribute, value) -> None:
-        if not self.accepts(value):
-            raise OperatorError(
-                f"{type(op).__name__}: {attribute.name}={_shown(value)}: must be "
-                f"{_describe(self.annotation)}, not {type(value).__name__}"
-            )
+        problem = self.problem(type(op).__name__, attribute.name, value)
+        if problem:
+            raise OperatorError(problem)
 
 
 def _check_cases(cls: type) -> None:

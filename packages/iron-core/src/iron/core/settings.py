@@ -133,10 +133,6 @@ class Settings:
             sources={v.name: "default" if _given(environ, v) is None else "env" for v in VARIABLES},
         )
 
-    def rows(self) -> list[tuple[str, str, str]]:
-        """(variable, effective value as text, source) per variable."""
-        return [(v.name, _shown(getattr(self, v.field)), self.sources[v.name]) for v in VARIABLES]
-
 
 def _shown(value) -> str:
     if isinstance(value, bool):
@@ -159,15 +155,18 @@ def problems(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return found
 
 
-def report(found: Mapping[str, str]) -> list[tuple[str, str, str, str | None]]:
+def report(
+    found: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> list[tuple[str, str, str, str | None]]:
     """(variable, value as text, source, its problem in `found` or None)
-    per variable of this process: what `iron doctor` shows, a malformed
-    value as it was given."""
+    per variable (of this process's environment by default): what `iron
+    doctor` shows, a malformed value as it was given."""
+    environ = os.environ if environ is None else environ
     rows = []
     for variable in VARIABLES:
-        given = _given(os.environ, variable)
+        given = _given(environ, variable)
         try:
-            shown = _shown(value(variable.name))
+            shown = _shown(value(variable.name, environ))
         except SettingsError:
             shown = given or ""
         source = "default" if given is None else "env"
