@@ -15,8 +15,7 @@ from dispatch_fakes import ROWS, Mul, N, Scale, SumRows, WriteRow, make_model
 
 from iron.alloc import OverlapError
 from iron.core import bf16, capture
-from iron.core.cli import build_parser, main
-from iron.core.testing import undescribed_arguments
+from iron.core.cli import main
 from iron.dispatch import CompileCache, OperatorSequence, graph
 from iron.dispatch.cache import MANIFEST
 from iron.dispatch.pipeline import OPERATORS
@@ -570,8 +569,3 @@ def test_an_interrupted_clear_leaves_no_half_entry_and_the_next_clear_finishes(
     monkeypatch.setattr(shutil, "rmtree", real)
     CompileCache(private_cache).clear()
     assert list(private_cache.rglob("*")) == [private_cache / "CACHEDIR.TAG"]
-
-
-def test_every_cache_option_is_described():
-    found = undescribed_arguments(build_parser())
-    assert found and [a for a in found if a.startswith("iron cache")] == []
