@@ -22,6 +22,7 @@ import typing
 from importlib.metadata import PackageNotFoundError, distributions, version
 
 import attrs
+import numpy as np
 
 from iron.core import environment, registry, settings, snapshot
 from iron.core.device import Device
@@ -98,6 +99,10 @@ def parameter_rows(cls: type[Operator]) -> list[list[str]]:
             default = "required"
         elif isinstance(field.default, attrs.Factory):
             default = "computed" if field.default.takes_self else repr(field.default.factory())
+        elif isinstance(field.default, np.dtype):
+            default = dtype_name(field.default)
+        elif isinstance(field.default, enum.Enum):
+            default = repr(field.default.value)
         else:
             default = repr(field.default)
         if field.name in tunable and field.default is None:
