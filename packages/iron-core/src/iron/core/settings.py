@@ -113,8 +113,8 @@ class Settings:
     variable counts as unset), and `sources`: variable -> "env" or
     "default". `plugins` is None when every plugin may load. A malformed
     value (a flag not 0 or 1, a cache folder that is a file or relative)
-    raises `SettingsError` naming the variable; `checked()` also asks the
-    registry about backend, device and plugin names."""
+    raises `SettingsError` naming the variable (`registry.checked_settings`
+    also asks the registry about backend, device and plugin names)."""
 
     backend: str
     device: str
