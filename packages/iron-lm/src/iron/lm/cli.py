@@ -27,7 +27,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from iron.core.terminal import stdout_closed
+# iron-core's one escaper: an ESC or CSI drawn by a random model, or in a file
+# name or a prompt, is shown as \x1b, never sent to the terminal
+from iron.core.terminal import INTERRUPTED, printable, stdout_closed
 from iron.dispatch import BackendUnavailable, cache_home
 from iron.dispatch.selection import backend_names, get_backend
 from iron.lm.backends import checked_settings
@@ -41,8 +43,6 @@ from iron.lm.tokenizer import Tokenizer
 
 DEMO_PROMPT = "Iron is the fourth most common element"
 DEMO_SEED = 0
-#: the status a shell reports for a program ended by SIGINT (128 + 2)
-INTERRUPTED = 130
 
 
 @dataclass(frozen=True)
@@ -103,21 +103,6 @@ class App:
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         return _main(self, argv)
-
-
-def printable(text: str) -> str:
-    """`text` with control characters other than newline and tab shown, not
-    sent (an ESC or CSI drawn by a random model, or in a file name, must
-    not reach the terminal as an escape sequence): C0 and DEL as their
-    Unicode control pictures, C1 as the replacement character."""
-
-    def shown(c: str) -> str:
-        code = ord(c)
-        if c in "\n\t" or 0x20 <= code < 0x7F or code > 0x9F:
-            return c
-        return chr(0x2400 + code) if code < 0x20 else "\u2421" if code == 0x7F else "\ufffd"
-
-    return "".join(map(shown, text))
 
 
 # ---- commands ----
@@ -208,7 +193,7 @@ def _check_accuracy(app: App, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**about, **report.to_dict()}))
     else:
-        print(f"{args.model}: {len(ids)} prompt tokens, backend {model.metrics.backend}")
+        print(printable(f"{args.model}: {len(ids)} prompt tokens, backend {model.metrics.backend}"))
         print(report.summary())
     return 0 if report.passed else 1
 
@@ -223,7 +208,9 @@ def _check_determinism(app: App, args: argparse.Namespace) -> int:
         about = {"model": str(args.model), "prompt_tokens": sizes, "backend": model.metrics.backend}
         print(json.dumps({**about, **report.to_dict()}))
     else:
-        print(f"{args.model}: prompts of {sizes} tokens, backend {model.metrics.backend}")
+        print(
+            printable(f"{args.model}: prompts of {sizes} tokens, backend {model.metrics.backend}")
+        )
         print(report.summary())
     return 0 if report.passed else 1
 
@@ -238,7 +225,7 @@ def _demo(app: App, args: argparse.Namespace) -> int:
         )
     print(
         f"{app.name} demo: {app.describe(config)} with a real BPE tokenizer, "
-        f"{'written to' if written else 'cached in'} {directory}.\n"
+        f"{'written to' if written else 'cached in'} {printable(str(directory))}.\n"
         f"Its weights are random (seed {DEMO_SEED}): the text is gibberish by design. The "
         "numbers are the point: the IRON graph against the float32 oracle.\n"
         f"{app.real_model}\n"
@@ -275,7 +262,8 @@ def _make_synthetic(app: App, args: argparse.Namespace) -> int:
     size = (Path(args.dir) / "model.safetensors").stat().st_size
     layers = config.num_hidden_layers
     print(
-        f"wrote a synthetic {args.preset} model (random weights, seed {args.seed}) to {args.dir}: "
+        f"wrote a synthetic {args.preset} model (random weights, seed {args.seed}) to "
+        f"{printable(str(args.dir))}: "
         f"{layers} layer{'s' * (layers != 1)}, hidden {config.hidden_size}, "
         f"vocab {config.vocab_size}, {size / 2**20:.1f} MiB of bf16 weights"
     )
@@ -574,7 +562,9 @@ def _parser(app: App) -> argparse.ArgumentParser:
         "Write config.json, tokenizer.json and model.safetensors of a synthetic "
         "model (random bf16 weights from the seed) into DIR.",
     )
-    make.add_argument("dir", metavar="DIR", type=Path)
+    make.add_argument(
+        "dir", metavar="DIR", type=Path, help="the folder to write (new, empty or synthetic)"
+    )
     make.add_argument(
         "--preset", choices=sorted(app.synthetic.presets), default="tiny", help="the shapes"
     )
