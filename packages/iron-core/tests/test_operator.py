@@ -22,18 +22,6 @@ from iron.core import (
 
 
 @attrs.frozen
-class RenamedNorm(Operator):
-    """Its shape rule still asks for `tile`, but the field was renamed."""
-
-    size: int
-    tile_size: int
-
-    @staticmethod
-    def arg_spec(size, tile):
-        return same_shape_unary((size // tile, tile))
-
-
-@attrs.frozen
 class Rows(Operator):
     size: int
     cols: int
@@ -62,10 +50,41 @@ class Holder(Operator):
     thing: object = None
 
 
-def test_binding_names_operator_and_missing_parameter():
-    op = RenamedNorm(size=1024, tile_size=256)
-    with pytest.raises(BindError, match=r"RenamedNorm cannot supply tile to .*arg_spec"):
-        op.arg_specs()
+def test_a_shape_rule_or_design_asking_for_what_no_field_supplies_fails_at_definition():
+    with pytest.raises(
+        BindError,
+        match=r"RenamedNorm.arg_spec takes tile, which no field or property of RenamedNorm "
+        "supplies: rename the parameter to match a field, add the property, or give it a default",
+    ):
+
+        @attrs.frozen
+        class RenamedNorm(Operator):
+            """Its shape rule still asks for `tile`, but the field was renamed."""
+
+            size: int
+            tile_size: int
+
+            @staticmethod
+            def arg_spec(size, tile):
+                return same_shape_unary((size // tile, tile))
+
+    with pytest.raises(BindError, match=r"Designed.design takes columns, which no field"):
+
+        @attrs.frozen
+        class Designed(Rows):
+            @staticmethod
+            def design(rows, columns, device):
+                return None
+
+    @attrs.frozen
+    class Inherited(Rows):  # fields, properties and defaults of its bases supply it
+        @staticmethod
+        def design(size, rows, cols, device, extra=1):
+            return None
+
+    assert Inherited(size=64, cols=8).bind(Inherited.design) == {
+        "size": 64, "rows": 8, "cols": 8, "device": None
+    }  # fmt: skip
 
 
 def test_binding_fills_defaults_properties_and_lets_explicit_win():

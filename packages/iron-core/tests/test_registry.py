@@ -264,12 +264,12 @@ def test_installed_broken_plugin_is_reported_and_the_rest_work():
 
 
 class Counter:
-    """A backend factory: each instance is counted."""
+    """A backend factory (called with the owning session): each instance is counted."""
 
     name = "counter"
     made = 0
 
-    def __init__(self):
+    def __init__(self, session):
         Counter.made += 1
 
 
@@ -322,31 +322,32 @@ def test_unregistering_removes_what_the_plugin_offered(in_process):
     registry.register_plugin(InProcess, name="in-process")  # for the fixture's teardown
 
 
-def test_a_backend_instance_lives_until_the_registry_reloads(in_process):
-    first = registry.backend("counter")
-    assert registry.backend("counter") is first and Counter.made >= 1
+def test_the_registry_keeps_backend_entries_never_instances(in_process):
+    """Backends are made by whoever owns them, from the entry's factory;
+    the registry holds no instance (no process-wide runtime state)."""
+    entry = registry.backend_entry("counter")
     made = Counter.made
-    registry.reload()
-    again = registry.backend("counter")
-    assert again is not first and Counter.made == made + 1
+    first, second = entry.load()(None), entry.load()(None)
+    assert first is not second and Counter.made == made + 2
+    assert registry.backend_entry("counter") is entry and Counter.made == made + 2
     with pytest.raises(KeyError, match=r"unknown backend .nope.; registered backends: .*counter"):
-        registry.backend("nope")
-    with pytest.raises(
-        registry.RegistryError,
-        match=r"backend 'misnamed' \(from plugin 'in-process'\) made an object named 'counter'",
-    ):
-        registry.backend("misnamed")
+        registry.backend_entry("nope")
+    assert not hasattr(registry, "backend")
 
 
 def test_iron_core_modules_import_without_a_cycle():
     """device -> registry is the only edge between them: the registry loads
     iron-core's own plugin (which names the devices) by module name."""
     root = Path(__file__).parents[1] / "src" / "iron" / "core"
-    modules = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    files = {p.stem: p for p in root.glob("*.py")} | {
+        p.parent.name: p for p in root.glob("*/__init__.py")
+    }
+    files.pop("__init__")
+    modules = set(files)
     edges = {}
     for name in modules:
         found = set()
-        for node in ast.walk(ast.parse((root / f"{name}.py").read_text())):
+        for node in ast.walk(ast.parse(files[name].read_text())):
             if isinstance(node, ast.ImportFrom) and node.module == "iron.core":
                 found |= {a.name for a in node.names if a.name in modules}
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("iron.core."):

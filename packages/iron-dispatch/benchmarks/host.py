@@ -27,7 +27,7 @@ from iron.core import ArgSpec, Operator, Tolerance, bf16, capture
 from iron.core.benchmarking import markdown_table, write_readme_section
 from iron.core.spec import IN, OUT
 from iron.design import examples
-from iron.dispatch import CompileCache, OperatorSequence, get_backend, graph
+from iron.dispatch import CompileCache, OperatorSequence, Session, graph
 
 HIDDEN, FFN, HEADS_DIM, LAYERS = 2048, 8192, 512, 16
 README = Path(__file__).parents[1] / "README.md"
@@ -115,10 +115,10 @@ def measure(calls: int) -> list[tuple[str, str]]:
     rows.append(("record + plan", f"{best_of(record_and_plan) * 1e3:.1f} ms"))
     rows.append(("scratch planning", seq.memory_report().split(": ", 1)[1]))
 
-    sim = get_backend("sim")
     with tempfile.TemporaryDirectory() as root:
         os.environ["IRON_CACHE_HOME"] = root
         cache = CompileCache(root)
+        sim = Session(cache=cache).backend("sim")
         cold = best_of(lambda: (cache.clear(), sim.compile(seq.runlist, seq.layout)), 3)
         warm = best_of(lambda: sim.compile(seq.runlist, seq.layout), 5)
     rows.append(("compile, cold (sim)", f"{cold * 1e3:.1f} ms"))

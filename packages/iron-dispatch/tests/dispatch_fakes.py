@@ -346,7 +346,6 @@ def compile_in_process(root, out, start):
     import os
 
     os.environ["IRON_CACHE_HOME"] = str(root)
-    from iron.dispatch import get_backend
 
     @graph(backend="sim", device="npu1")
     def raced(g, x):
@@ -354,7 +353,7 @@ def compile_in_process(root, out, start):
 
     start.wait()
     raced.compile(((1024,), np.int32))
-    sim = get_backend("sim")
+    sim = raced.backend
     with open(out, "a") as f:
         f.write(f"{sim.hits} {sim.misses}\n")
 
@@ -423,3 +422,25 @@ def make_host_model(w, backend="cpu"):
         return g(Scale(N, 1.0), g(SumRows(N, ROWS), cache, valid=pos + x.shape[0]))
 
     return model
+
+
+# ---- a program compiled in one process and run in another ------------------------
+
+
+def compile_registered(root, out):
+    """Compile a graph of registered operators (a design and its numpy
+    model) into the cache at `root`; write the entry's program path to `out`."""
+    import os
+
+    os.environ["IRON_CACHE_HOME"] = str(root)
+    from iron.dispatch import CompileCache
+    from iron.ops.eltwise import ReLU
+
+    @graph(backend="sim", device="npu2")
+    def relu(g, x):
+        return g(ReLU(size=x.size), x)
+
+    relu.compile(((1024,), bf16))
+    (entry,) = CompileCache(root).entries()
+    with open(out, "w") as f:
+        f.write(os.path.join(entry["path"], "program0.json"))

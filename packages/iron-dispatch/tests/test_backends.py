@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from dispatch_fakes import Blurry, Mul, N, Scale, Shift, Sloppy, expected_outputs, make_model
 
-from iron.core import bf16, capture, compare, registry
+from iron.core import bf16, capture, compare, hookimpl, registry
+from iron.core.settings import SettingsError
 from iron.dispatch import (
     Backend,
     BackendUnavailable,
@@ -12,6 +13,7 @@ from iron.dispatch import (
     Executable,
     GranuleError,
     OperatorSequence,
+    Session,
     get_backend,
     graph,
     run,
@@ -20,6 +22,7 @@ from iron.dispatch.executable import allocate
 from iron.dispatch.memory import Arena
 from iron.dispatch.runtime import XrtExecutable
 from iron.dispatch.selection import auto_choice
+from iron.dispatch.session import SessionClosed
 from iron.dispatch.sim_xrt import SimBufferObject
 
 
@@ -62,7 +65,7 @@ def test_a_weight_that_is_never_flushed_is_stale_on_the_device(weight, monkeypat
     # the run went through the XRT seam: the arena is a simulated buffer object
     (version,) = stale.versions.values()
     assert isinstance(version.executable, XrtExecutable)
-    assert isinstance(stale._memory.buffer.bo, SimBufferObject)
+    assert isinstance(stale.residents.memory.buffer.bo, SimBufferObject)
     unified = make_model(
         weight, backend="reference"
     )  # host and device share bytes: nothing to flush
@@ -75,8 +78,9 @@ def test_state_reads_follow_the_device(weight):
     model = make_model(weight, backend="sim")
     x = rows(2, 3)
     model(x, pos=1)
-    buffer = model._memory.buffer
-    offset, nbytes = model._states["cache"][:2]
+    buffer = model.residents.memory.buffer
+    state = model.residents.states["cache"]
+    offset, nbytes = state.offset, state.nbytes
     assert not buffer.host[
         offset : offset + nbytes
     ].any()  # fused: the run left state on the device
@@ -221,11 +225,35 @@ def test_with_the_npu_stack_present_npu_still_needs_aiecc_and_peano(npu_stack, m
     assert chosen == "sim" and "cannot compile designs here; missing aiecc" in passed_over["npu"]
 
 
-def test_reload_makes_fresh_backend_instances():
-    sim = get_backend("sim")
-    assert get_backend("sim") is sim
-    registry.reload()
-    assert get_backend("sim") is not sim and get_backend("sim").hits == 0
+def test_a_session_makes_each_backend_once_and_closing_it_frees_them():
+    session = Session()
+    sim = session.backend("sim")
+    assert session.backend("sim") is sim and get_backend("sim") is not sim
+    sim.xrt.library.hosts["k"] = len
+    session.close()
+    assert sim.xrt.library.hosts == {}
+    with pytest.raises(
+        SessionClosed, match="this session is closed; backend 'sim' needs an open one"
+    ):
+        session.backend("sim")
+
+
+def test_a_backend_factory_must_make_an_object_of_its_name():
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def iron_register_backends(register):
+            register("misnamed", "iron.dispatch.backends.sim:SimBackend")
+
+    registry.register_plugin(Plugin, name="misnamed-backend")
+    try:
+        with pytest.raises(
+            registry.RegistryError,
+            match=r"backend 'misnamed' \(from plugin 'misnamed-backend'\) made an object named 'sim'",
+        ):
+            Session().backend("misnamed")
+    finally:
+        registry.unregister_plugin("misnamed-backend")
 
 
 def test_iron_backend_overrides_the_default(monkeypatch, weight):
@@ -234,7 +262,7 @@ def test_iron_backend_overrides_the_default(monkeypatch, weight):
     assert make_model(weight, backend=None).backend.name == "reference"
     assert make_model(weight, backend="sim").backend.name == "sim"  # an explicit choice wins
     monkeypatch.setenv("IRON_BACKEND", "gpu")
-    with pytest.raises(KeyError, match="IRON_BACKEND='gpu' is not a registered backend"):
+    with pytest.raises(SettingsError, match="IRON_BACKEND='gpu': not a registered backend"):
         get_backend()
 
 

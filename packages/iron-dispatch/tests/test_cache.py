@@ -20,7 +20,7 @@ from dispatch_fakes import (
 
 from iron.core import OperatorError, bf16
 from iron.core.cli import main
-from iron.dispatch import CompileCache, get_backend, graph
+from iron.dispatch import CompileCache, graph
 from iron.dispatch.cache import MANIFEST
 from iron.dispatch.sim_xrt import SimulatedXrt
 
@@ -33,15 +33,15 @@ def scaled(factor, flags=()):
     return scale
 
 
-def counts():
-    sim = get_backend("sim")
+def counts(function):
+    sim = function.backend  # the instance of the function's own session
     return sim.hits, sim.misses
 
 
 def compile_once(function, shape=(N,)):
-    before = counts()
+    before = counts(function)
     function.compile((shape, bf16))
-    after = counts()
+    after = counts(function)
     return after[0] - before[0], after[1] - before[1]  # (hits, misses)
 
 
@@ -73,8 +73,8 @@ def _only_entry():
 @pytest.mark.parametrize(
     "damage, why",
     [
-        (lambda e: (e / MANIFEST).write_text((e / MANIFEST).read_text()[:40]), "truncated"),
-        (lambda e: (e / MANIFEST).write_text("[1, 2, 3]"), "not a JSON object"),
+        (lambda e: (e / MANIFEST).write_text((e / MANIFEST).read_text()[:40]), "not valid JSON"),
+        (lambda e: (e / MANIFEST).write_text("[1, 2, 3]"), "must hold a JSON object, not an"),
         (lambda e: (e / "program0.json").write_text("{}"), "program0.json was missing or changed"),
         (lambda e: (shutil.rmtree(e), e.write_text("a file")), "folder was a file"),
     ],
@@ -144,6 +144,7 @@ def test_entries_hold_data_only():
         "designs.json",
         "image.json",
         MANIFEST,
+        "operators.json",
         "program0.json",
         "recipes.json",
     ]

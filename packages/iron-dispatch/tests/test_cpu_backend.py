@@ -50,12 +50,12 @@ def test_the_host_kernel_writes_only_its_row():
     model.compile(((1, N), bf16))
     marked = np.full((ROWS, N), 7, bf16)
     model.write_state("cache", marked)
-    buffer = model._memory.buffer.host
+    buffer = model.residents.memory.buffer.host
     before = buffer.ctypes.data
     model(np.ones((1, N), bf16), pos=3)
     cache = model.read_state("cache")
     assert (cache[3] == 1).all() and (np.delete(cache, 3, axis=0) == 7).all()
-    assert model._memory.buffer.host.ctypes.data == before
+    assert model.residents.memory.buffer.host.ctypes.data == before
 
 
 @attrs.frozen
@@ -108,9 +108,7 @@ def test_cpu_is_registered_unified_fused_only_and_always_available():
         backend.check_mode("compare")
 
 
-def test_a_kernel_module_warms_up_once_before_any_step_runs(monkeypatch):
-    monkeypatch.setattr(cpu, "_kernels", {})
-    monkeypatch.setattr(cpu, "_modules", {})
+def test_a_kernel_module_warms_up_once_per_session_before_any_step_runs():
     WARM_UPS.clear()
     model = make_host_model(np.ones(N, bf16))
     model.compile(((1, N), bf16))
@@ -120,18 +118,18 @@ def test_a_kernel_module_warms_up_once_before_any_step_runs(monkeypatch):
     assert [writes] == WARM_UPS
     model(np.ones((2, N), bf16), pos=1)
     assert [writes] == WARM_UPS
+    make_host_model(np.ones(N, bf16))(np.ones((1, N), bf16), pos=0)  # a session of its own
+    assert [writes, writes + 3] == WARM_UPS  # after the 1 + 2 rows of the calls above
 
 
 def test_kernel_modules_warm_up_in_the_background_and_load_waits_for_them(monkeypatch):
-    monkeypatch.setattr(cpu, "_kernels", {})
-    monkeypatch.setattr(cpu, "_modules", {})
     WARM_UPS.clear()
     WARM_UP_GATE.clear()
     started_before_load = []
     load = cpu.CpuBackend.load
 
     def recording_load(self, *args, **kwargs):
-        started_before_load.extend(cpu._modules)
+        started_before_load.extend(self.kernels._modules)
         return load(self, *args, **kwargs)
 
     monkeypatch.setattr(cpu.CpuBackend, "load", recording_load)

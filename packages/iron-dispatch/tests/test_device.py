@@ -2,15 +2,16 @@
 simulated XRT device, and their MLIR."""
 
 import itertools
+import multiprocessing
 import re
 
 import numpy as np
 import pytest
-from dispatch_fakes import Add32, AddK, AddOne, OffByOne, Twice
+from dispatch_fakes import Add32, AddK, AddOne, OffByOne, Twice, compile_registered
 
-from iron.core import Device
+from iron.core import Device, bf16
 from iron.design import to_mlir
-from iron.dispatch import OperatorSequence, get_backend, graph
+from iron.dispatch import OperatorSequence, Session, get_backend, graph
 from iron.dispatch.fusion import program_mlir
 from iron.dispatch.memory import Arena
 from iron.dispatch.program import FusionError
@@ -212,12 +213,11 @@ def test_a_traced_graph_gets_one_record_per_step_from_the_simulated_device():
 
 
 def test_trace_size_is_part_of_the_cache_key():
-    sim = get_backend("sim")
-    before = sim.misses
-    chain("sim").compile(((SIZE,), np.int32))
-    chain("sim", trace_size=256).compile(((SIZE,), np.int32))
-    chain("sim", trace_size=512).compile(((SIZE,), np.int32))
-    assert sim.misses - before == 3
+    session = Session()
+    sim = session.backend("sim")
+    for trace_size in (0, 256, 512, 256):
+        chain("sim", trace_size=trace_size, session=session).compile(((SIZE,), np.int32))
+    assert (sim.misses, sim.hits) == (3, 1)
     with pytest.raises(ValueError, match="trace_size 6 must be a non-negative multiple of 4"):
         chain("sim", trace_size=6).compile(((SIZE,), np.int32))
 
@@ -251,11 +251,16 @@ def test_the_simulated_device_reads_programs_and_nothing_else(tmp_path):
     (version,) = stack.versions.values()
     (elf,) = version.image.elves
     xrt = SimulatedXrt()
-    assert xrt.elf(elf) == version.image.programs[0]
-    for text in ("[]", '{"steps": [1]}', '{"name": "x"}', "\x80\x04K."):
-        (tmp_path / "bad.json").write_text(text)
-        with pytest.raises(ValueError, match="not an IRON program"):
-            xrt.elf(tmp_path / "bad.json")
+    with pytest.raises(RuntimeError, match=r"dispatch_fakes:Add\w+ is not one an installed plugin"):
+        xrt.elf(elf)  # read, and its operators not rebuilt: test fakes are not registered
+    bad = tmp_path / "bad.json"
+    for text, rule in [("[]", "must hold a JSON object, not an array"),
+                       ('{"steps": [1]}', "the program: not an IRON program's"),
+                       ('{"name": "x"}', "the program: not an IRON program's"),
+                       ("\x80\x04K.", "not valid JSON")]:  # fmt: skip
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=f"{bad}: {re.escape(rule)}"):
+            xrt.elf(bad)
     with pytest.raises(RuntimeError, match="was given no design or host model for"):
         xrt.hw_context(xrt.device(0), version.image.programs[0])
 
@@ -343,3 +348,52 @@ def json_of(recipe):
     import json
 
     return json.dumps(recipe, sort_keys=True)
+
+
+def run_program(xrt, path, x):
+    """One run of the program at `path` on `xrt`, its input `x` at offset 0
+    of the input argument and its output read from offset 0 of the output."""
+    device = xrt.device(0)
+    program = xrt.elf(path)
+    run = xrt.run(xrt.kernel(xrt.hw_context(device, program), "main:sequence"))
+    bos = [xrt.bo(device, n) for n in program.sizes]
+    np.frombuffer(bos[0].map(), np.uint8)[: x.nbytes] = x.view(np.uint8)
+    bos[0].sync(xrt.TO_DEVICE, bos[0].size(), 0)
+    for index, bo in enumerate(bos):
+        run.set_arg(index, bo)
+    run.start()
+    run.wait()
+    bos[1].sync(xrt.FROM_DEVICE, bos[1].size(), 0)
+    return np.frombuffer(bos[1].map(), np.uint8)[: x.nbytes].view(x.dtype).copy()
+
+
+def test_a_cached_program_runs_in_a_process_that_did_not_compile_it(tmp_path):
+    """The simulated device's library rebuilds the designs a program names
+    from its cache entry's operator records: nothing from the compiling
+    process's memory."""
+    out = tmp_path / "program.txt"
+    worker = multiprocessing.get_context("spawn").Process(
+        target=compile_registered, args=(tmp_path / "cache", out)
+    )
+    worker.start()
+    worker.join(120)
+    assert worker.exitcode == 0
+    x = np.random.default_rng(4).standard_normal(1024).astype(bf16)
+    xrt = SimulatedXrt()  # a library of its own, empty
+    assert run_program(xrt, out.read_text(), x).tobytes() == np.maximum(x, 0).tobytes()
+    assert len(xrt.library.designs) == 1
+
+
+def test_a_cached_program_of_an_unregistered_operator_is_refused_elsewhere(tmp_path):
+    @graph(backend="sim", device="npu1")
+    def f(g, x):
+        return g(AddOne(SIZE), x)
+
+    f.compile(((SIZE,), np.int32))
+    (version,) = f.versions.values()
+    with pytest.raises(
+        RuntimeError,
+        match=r"its step's operator dispatch_fakes:AddOne is not one an installed plugin "
+        "registers, so this process cannot rebuild it",
+    ):
+        SimulatedXrt().elf(version.image.elves[0])

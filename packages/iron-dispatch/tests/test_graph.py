@@ -46,7 +46,7 @@ def test_a_later_version_grows_the_arena_and_earlier_ones_keep_working(weight):
     decode, prefill = rows(1, 4), rows(4, 5)
     calls = [(decode, 0), (decode, 1)]
     outs = [model(decode, pos=0), model(decode, pos=1)]
-    arena = model._memory
+    arena = model.residents.memory
     small, generation = model.arena.size, arena.generation
     outs.append(model(prefill, pos=2))  # JIT: compiled on first use
     calls.append((prefill, 2))

@@ -10,7 +10,7 @@ from dispatch_fakes import N, Shift
 
 from iron.core import bf16, capture
 from iron.dispatch import OperatorSequence, get_backend, run
-from iron.dispatch.identity import code_identity, key_text, project_digest
+from iron.dispatch.identity import Sources, key_text
 
 MODULE = """
 import attrs
@@ -38,13 +38,14 @@ def test_an_edited_operator_module_changes_its_code_identity(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "edited_operator", raising=False)
     cls = importlib.import_module("edited_operator").Edited
-    before = code_identity(cls)
-    assert code_identity(cls) == before  # unchanged: the same digest
+    sources = Sources()
+    before = sources.code_identity(cls)
+    assert sources.code_identity(cls) == before  # unchanged: the same digest
     path.write_text(MODULE.format(suffix=".copy()"))
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a later edit
-    assert code_identity(cls) != before
-    assert len(project_digest()) == 64
+    assert sources.code_identity(cls) != before
+    assert len(sources.project_digest()) == 64
 
 
 def shift_twice(first, second):
@@ -59,7 +60,10 @@ def test_the_key_holds_each_steps_bindings():
     a = shift_twice(lambda p: p, lambda p: p * 2)
     b = shift_twice(lambda p: p, lambda p: p * 3)
     parts = {"backend": "sim"}
-    assert key_text(a.runlist, a.layout, parts) != key_text(b.runlist, b.layout, parts)
+    sources = Sources()
+    assert key_text(a.runlist, a.layout, parts, sources) != key_text(
+        b.runlist, b.layout, parts, sources
+    )
     sim = get_backend("sim")
     images = [sim.compile(s.runlist, s.layout) for s in (a, b)]
     assert [str(e) for e in images[0].parameters] == ["pos", "2*pos"]

@@ -13,7 +13,7 @@ from dispatch_fakes import AddK, AddOne, Twice
 
 from iron.core import Device
 from iron.design import Toolchain, ToolchainError, find_toolchain
-from iron.dispatch import CompileCache, OperatorSequence
+from iron.dispatch import CompileCache, OperatorSequence, Session
 from iron.dispatch.backends.sim import SimBackend
 from iron.dispatch.runtime import scratchpad_layout
 
@@ -66,7 +66,7 @@ class ToolchainSim(SimBackend):
     """The sim backend's compile, with the toolchain given."""
 
     def __init__(self, toolchain):
-        super().__init__(CompileCache())
+        super().__init__(Session())
         self._toolchain = toolchain
 
     def toolchain(self):
@@ -165,7 +165,8 @@ def test_a_kernel_of_several_sources_is_built_as_iron_design_builds_it(tools, tm
     seq = OperatorSequence("gelu", [(GELU(size=2048, tile_size=1024), "x", "y")], ["x"], ["y"],
                            device=NPU1)  # fmt: skip
     ToolchainSim(toolchain).compile(seq.runlist, seq.layout)
-    compiles = calls(log, "clang++")
+    # the design's other kernel (ours: the rounding mode set before mlir-aie's GELU) is its own object
+    compiles = [c for c in calls(log, "clang++") if str(mlir_aie) in c[c.index("-c") + 1]]
     sources = [c[c.index("-c") + 1] for c in compiles]
     assert sources == [
         str(mlir_aie / "include/aie_kernels/aie2/gelu.cc"),

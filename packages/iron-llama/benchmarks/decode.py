@@ -92,7 +92,7 @@ def run_side(
     graph side decodes `steps` more tokens, each followed by a stream
     sample (`paired_shares`)."""
     from iron.llama import Model, Oracle, OracleModel
-    from iron.llama.metrics import resident_bytes
+    from iron.lm.metrics import resident_bytes
 
     started = time.perf_counter()
     if side == "oracle":
@@ -243,7 +243,7 @@ def measure(
     The first side (the oracle, else cpu) makes the tokens and is the
     baseline of the others' KL. With `transformers` (an interpreter that
     has torch and transformers) `HF_SIDES` run last."""
-    from iron.llama.checks import kl_divergence
+    from iron.lm.checks import kl_divergence
 
     with tempfile.TemporaryDirectory(prefix="iron-llama-bench-") as work:
         return _measure(

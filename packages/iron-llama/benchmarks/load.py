@@ -27,11 +27,10 @@ def main() -> None:
     started = time.perf_counter()
     from iron.dispatch import cache_home
     from iron.llama import Model, ensure_synthetic
-    from iron.llama.checkpoint import Checkpoint
     from iron.llama.config import LlamaConfig
-    from iron.llama.model import AHEAD_BUCKETS
-    from iron.llama.tokenizer import Tokenizer
     from iron.llama.weights import LlamaWeights
+    from iron.lm.checkpoint import Checkpoint
+    from iron.lm.tokenizer import Tokenizer
 
     phases = [("import iron.llama", time.perf_counter() - started)]
     directory = cache_home() / "models" / f"1b-shaped-{args.layers}"
@@ -60,8 +59,8 @@ def main() -> None:
             copy=checkpoint.copyto,
         ),
     )
-    for rows in (1, *AHEAD_BUCKETS):
-        timed(f"compile the {rows}-row version", lambda rows=rows: model._version(rows))
+    for label, specs in model.ahead_versions():
+        timed(f"compile the {label} version", lambda specs=specs: model.forward.compile(**specs))
     nbytes = timed(
         "upload the weights into the arena",
         lambda: model.load(progress=False, threads=args.threads),

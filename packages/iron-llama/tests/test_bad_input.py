@@ -179,7 +179,7 @@ def test_an_index_whose_weight_map_is_a_list_is_named(tmp_path):
 
 def test_an_unreadable_config_names_the_file(tmp_path):
     (tmp_path / "config.json").write_bytes(b"\xff\xfe{")
-    with pytest.raises(ConfigError, match=f"{tmp_path / 'config.json'}: not valid JSON"):
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'config.json'}: not UTF-8 text"):
         LlamaConfig.from_file(tmp_path)
 
 
@@ -188,15 +188,6 @@ def test_error_messages_do_not_carry_control_sequences(tmp_path, capsys):
     model.mkdir()
     code, _, err = run(capsys, "check-accuracy", "--model", model)
     assert code == 2 and "\x1b" not in err and "\x07" not in err
-
-
-def test_a_closed_stdout_ends_the_command_quietly(tmp_path, monkeypatch, capsys):
-    def closed(args):
-        raise BrokenPipeError
-
-    monkeypatch.setattr("iron.llama.cli._make_synthetic", closed)
-    code, _, err = run(capsys, "make-synthetic", tmp_path / "m")
-    assert code == 141 and err == ""
 
 
 # ---- item 9: nothing half-written ----
@@ -307,3 +298,51 @@ def test_a_prompt_file_that_cannot_be_read_is_named(tiny_dir, tmp_path, capsys, 
         path.write_bytes(content)
     code, _, err = run(capsys, "generate", "--model", tiny_dir, "--prompt-file", path)
     assert code == 2 and f"--prompt-file {path}: {rule}" in err
+
+
+# ---- second round (issue 28): special files, ids outside the vocabulary, IRON_*, Ctrl-C ----
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "model.safetensors"])
+def test_a_model_file_that_is_a_fifo_exits_2_naming_it(tiny_dir, tmp_path, capsys, name):
+    import os
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dir, model)
+    (model / name).unlink()
+    os.mkfifo(model / name)
+    code, _, err = run(capsys, "generate", "--model", model, "--prompt", "Iron",
+                       "--backend", "reference")  # fmt: skip
+    assert code == 2 and f"{model / name}: is a FIFO, not a regular file" in err
+
+
+def test_a_bos_outside_the_vocabulary_is_refused_before_loading(tiny_dir, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "bos_token_id": 512}))
+    code, _, err = run(capsys, "check-accuracy", "--model", model)
+    assert code == 2
+    assert f"{model / 'config.json'}: bos_token_id=512: lies outside the vocabulary [0, 512)" in err
+    with pytest.raises(ConfigError, match="bos_token_id=512: lies outside"):
+        LlamaConfig.from_file(model)
+
+
+def test_a_bad_iron_backend_is_one_line_and_exit_2(tiny_dir, capsys, monkeypatch):
+    monkeypatch.setenv("IRON_BACKEND", "bogus")
+    for argv in (["demo"], ["generate", "--model", tiny_dir, "--prompt", "Iron"]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1
+        assert "IRON_BACKEND='bogus': not a registered backend" in err
+    with pytest.raises(ValueError, match="IRON_BACKEND='bogus'"):
+        Model.from_pretrained(tiny_dir, progress=False)
+
+
+def test_ctrl_c_during_generate_exits_130_with_one_line(tiny_dir, capsys, monkeypatch):
+    def interrupted(self, token_id):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Model, "decode", interrupted)
+    code, _, err = run(capsys, "generate", "--model", tiny_dir, "--prompt", "Iron",
+                       "--backend", "reference")  # fmt: skip
+    assert code == 130 and err == "iron-llama generate: interrupted\n"

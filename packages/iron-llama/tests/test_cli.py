@@ -5,10 +5,12 @@ import types
 import numpy as np
 from cli_runner import run
 
+import iron.core.terminal
 from iron.core import hookimpl, registry
+from iron.core.testing import undescribed_arguments
 from iron.dispatch.backends.reference import ReferenceBackend
 from iron.llama import Model, Oracle, OracleModel, Tokenizer
-from iron.llama.cli import demo_dir, paragraphs, printable
+from iron.llama.cli import _parser, demo_dir, paragraphs, printable
 
 
 def test_demo_end_to_end_in_a_fresh_cache(tmp_path, monkeypatch, capsys):
@@ -128,8 +130,9 @@ def test_bad_input_exits_2_naming_the_rule(tiny_dir, tmp_path, capsys):
 
 
 def test_control_characters_are_shown_not_sent_to_the_terminal():
-    assert printable("a\x1b[2Jb\n\tc\x00") == "a␛[2Jb\n\tc␀"
-    assert printable("\x7f\x9b31m é鉄") == "␡\ufffd31m é鉄"
+    assert printable is iron.core.terminal.printable  # one escaper for every command
+    assert printable("a\x1b[2Jb\n\tc\x00") == "a\\x1b[2Jb\n\tc\\x00"
+    assert printable("\x7f\x9b31m é鉄") == "\\x7f\\x9b31m é鉄"
 
 
 class ThirdParty(ReferenceBackend):
@@ -158,3 +161,9 @@ def test_backend_accepts_any_registered_backend(tiny_dir, capsys, monkeypatch):
     finally:
         registry.unregister_plugin("third-party-backend")
     assert code == 0 and re.search(r"^backend +third-party$", err, flags=re.M)
+
+
+def test_version_and_every_option_described(capsys):
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.startswith("iron-llama 0.1.0 (iron-lm 0.1.0)")
+    assert undescribed_arguments(_parser()) == []

@@ -1,6 +1,6 @@
 import hashlib
 import json
-from importlib import metadata, resources
+from importlib import metadata
 
 import ml_dtypes
 import numpy as np
@@ -16,7 +16,7 @@ from iron.llama import (
     rope_inv_freq,
 )
 from iron.llama.cli import main
-from iron.llama.synthetic import corpus, synthetic_config
+from iron.llama.synthetic import synthetic_config
 
 FILES = ("config.json", "tokenizer.json", "model.safetensors")
 
@@ -130,12 +130,6 @@ def test_bad_arguments(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_synthetic(tmp_path / "m", **kwargs)
     assert not (tmp_path / "m" / "config.json").exists()
-
-
-def test_corpus_ships_inside_the_package():
-    assert resources.files("iron.llama").joinpath("data/corpus.txt").is_file()
-    text = corpus()
-    assert 3000 < len(text.encode()) < 20000 and "鉄" in text
 
 
 def test_cli_make_synthetic(tmp_path, capsys):

@@ -1,6 +1,11 @@
 """How the activation kernels' objects are built: on aie2 each links
-mlir-aie's tanh tables (``lut_based_ops.cpp``) into its one object; on aie2p
-the kernel file alone. The command lines need no toolchain; the build does."""
+mlir-aie's tanh tables (``lut_based_ops.cpp``) into its one object beside its
+file (mlir-aie's silu.cc or gelu.cc for a 1024-element line, else ours); on
+aie2p the kernel file alone. The command lines need no toolchain; the build
+does."""
+
+from importlib.resources import files
+from pathlib import Path
 
 import pytest
 
@@ -8,11 +13,20 @@ from iron.core import Device
 from iron.design import ToolchainError, build, design_of, find_toolchain, peano_commands, to_mlir
 from iron.ops.eltwise import GELU, Sigmoid, SiLU, Tanh
 
-ACTIVATIONS = [(Tanh, "tanh"), (Sigmoid, "sigmoid"), (SiLU, "silu"), (GELU, "gelu")]
+KERNELS = Path(str(files("iron.ops.eltwise") / "kernels"))  # as installed
+#: (operator, line, the main source on each architecture: mlir-aie's file or ours)
+ACTIVATIONS = [
+    (Tanh, 1024, None),
+    (Sigmoid, 1024, None),
+    (SiLU, 1024, "silu.cc"),
+    (GELU, 1024, "gelu.cc"),
+    (SiLU, 256, None),
+    (GELU, 512, None),
+]
 
 
 def _install(root, arch: str):
-    for file in [f"include/aie_kernels/{arch}/{name}.cc" for _, name in ACTIVATIONS] + [
+    for file in [f"include/aie_kernels/{arch}/{name}" for name in ("silu.cc", "gelu.cc")] + [
         "aie_runtime_lib/AIE2/lut_based_ops.cpp"
     ]:
         (root / file).parent.mkdir(parents=True, exist_ok=True)
@@ -20,18 +34,26 @@ def _install(root, arch: str):
     return root
 
 
-@pytest.mark.parametrize("cls, file", ACTIVATIONS)
-def test_aie2_activation_objects_carry_the_tanh_tables(cls, file, tmp_path):
+def _main_source(install, arch, pinned):
+    if pinned is None:
+        return KERNELS / arch / "activation.cc"
+    return install / "include/aie_kernels" / arch / pinned
+
+
+@pytest.mark.parametrize(("cls", "line", "pinned"), ACTIVATIONS)
+def test_aie2_activation_objects_carry_the_tanh_tables(cls, line, pinned, tmp_path):
     install = _install(tmp_path / "mlir_aie", "aie2")
-    design = design_of(cls(size=4096, tile_size=1024).resolve(Device.from_name("npu1")))
-    (kernel,) = design.kernels
+    design = design_of(cls(size=4096, tile_size=line).resolve(Device.from_name("npu1")))
+    (kernel,) = [k for k in design.kernels if k.symbol != "iron_set_rounding_conv_even"]
     work = tmp_path / "work"
-    *compiles, link = peano_commands(design, work, peano="/peano", mlir_aie=install)
-    sources = [
-        install / "include/aie_kernels/aie2" / f"{file}.cc",
-        install / "aie_runtime_lib/AIE2/lut_based_ops.cpp",
+    commands = peano_commands(design, work, peano="/peano", mlir_aie=install)
+    main = _main_source(install, "aie2", pinned)
+    *compiles, link = [c for c in commands if any(str(main) in p or kernel.symbol in p for p in c)]
+    sources = [main, install / "aie_runtime_lib/AIE2/lut_based_ops.cpp"]
+    parts = [
+        work / f"{kernel.symbol}.0.{main.stem}.o",
+        work / f"{kernel.symbol}.1.lut_based_ops.o",
     ]
-    parts = [work / f"{kernel.symbol}.0.{file}.o", work / f"{kernel.symbol}.1.lut_based_ops.o"]
     for command, source, part in zip(compiles, sources, parts, strict=True):
         assert command[0] == "/peano/bin/clang++"
         assert "--target=aie2-none-unknown-elf" in command
@@ -47,14 +69,17 @@ def test_aie2_activation_objects_carry_the_tanh_tables(cls, file, tmp_path):
     assert f'link_with = "{kernel.symbol}.o"' in to_mlir(design)
 
 
-@pytest.mark.parametrize("cls, file", ACTIVATIONS)
-def test_aie2p_activation_objects_are_the_kernel_file_alone(cls, file, tmp_path):
+@pytest.mark.parametrize(("cls", "line", "pinned"), ACTIVATIONS)
+def test_aie2p_activation_objects_are_the_kernel_file_alone(cls, line, pinned, tmp_path):
     install = _install(tmp_path / "mlir_aie", "aie2p")
-    design = design_of(cls(size=4096, tile_size=1024).resolve(Device.from_name("npu2")))
-    (command,) = peano_commands(design, tmp_path, peano="/peano", mlir_aie=install)
-    assert command[-4] == "-c" and command[-3] == str(
-        install / "include/aie_kernels/aie2p" / f"{file}.cc"
-    )
+    design = design_of(cls(size=4096, tile_size=line).resolve(Device.from_name("npu2")))
+    (kernel,) = [k for k in design.kernels if k.symbol != "iron_set_rounding_conv_even"]
+    main = _main_source(install, "aie2p", pinned)
+    (command,) = [
+        c for c in peano_commands(design, tmp_path, peano="/peano", mlir_aie=install)
+        if c[-3] == str(main)
+    ]  # fmt: skip
+    assert command[-1] == str(tmp_path / f"{kernel.symbol}.o")
     assert not any("aie_runtime_lib" in part for part in command)
 
 

@@ -59,7 +59,7 @@ def test_the_design_fits_the_device(cls, case, device):
     assert report.ok, "\n".join(map(str, report.violations))
     # DMA only, but for the byte shuffle inside Transpose's 8 x 8 blocks
     kernels = {k.symbol for k in design.kernels}
-    assert kernels == ({"transpose_8x8"} if cls is Transpose else set())
+    assert kernels == ({"iron_transpose_8x8_bf16"} if cls is Transpose else set())
 
 
 @pytest.mark.parametrize("cls, case, device", CASES)

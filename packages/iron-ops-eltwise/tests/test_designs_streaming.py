@@ -3,9 +3,6 @@ every declared case checked against its device and simulated against the
 operator's reference, the simulator shown to run the design (a corrupted
 design fails), and the aie2 lookup-table tolerances measured."""
 
-import re
-from pathlib import Path
-
 import attrs
 import ml_dtypes
 import numpy as np
@@ -51,9 +48,6 @@ CASES = [
 ]
 #: the one declared case a device refuses: 8 columns on npu1's 4
 REFUSED = {("AXPY", 1, "npu1")}
-KERNEL_SOURCE = (
-    Path(__file__).parents[1] / "src" / "iron" / "ops" / "eltwise" / SHIPPED.file
-).read_text()
 
 
 def resolved(name: str, index: int, device: str):
@@ -109,6 +103,11 @@ def add():
     return design, a, b, y
 
 
+def _is_kernel(op) -> bool:
+    """A call of the line's kernel (not the rounding mode's)."""
+    return isinstance(op, Call) and op.kernel.symbol != "iron_set_rounding_conv_even"
+
+
 def _with_worker_body(design, worker, body):
     workers = tuple(attrs.evolve(w, body=body) if w.name == worker else w for w in design.workers)
     return attrs.evolve(design, workers=workers)
@@ -130,7 +129,7 @@ def test_a_fill_reading_the_wrong_block_changes_the_output(add):
 def test_another_kernel_changes_the_output(add):
     design, a, b, y = add
     body = tuple(
-        attrs.evolve(op, kernel=binary_kernel("mul", 1024)) if isinstance(op, Call) else op
+        attrs.evolve(op, kernel=binary_kernel("mul", 1024)) if _is_kernel(op) else op
         for op in design.worker("core0").body
     )
     got = simulate(_with_worker_body(design, "core0", body), {"a": a, "b": b})["y"]
@@ -146,7 +145,7 @@ def test_a_call_on_the_wrong_object_changes_the_output():
     b = np.zeros(2048, ml_dtypes.bfloat16)
     # the output object passed as the first input: the kernel reads y0, not a0
     body = tuple(
-        attrs.evolve(o, args=(Obj("y0"), Obj("b0"), Obj("y0"))) if isinstance(o, Call) else o
+        attrs.evolve(o, args=(Obj("y0"), Obj("b0"), Obj("y0"))) if _is_kernel(o) else o
         for o in design.worker("core0").body
     )
     got = simulate(_with_worker_body(design, "core0", body), {"a": a, "b": b})["y"]
@@ -191,34 +190,21 @@ def test_a_shallower_output_fifo_than_the_worker_holds_is_refused(add):
 @pytest.mark.parametrize(
     ("op", "symbol", "source"),
     [
-        (ElementwiseAdd(size=2048, tile_size=1024), "eltwise_add_bf16_vector", "{arch}/add.cc"),
+        (ElementwiseAdd(size=2048, tile_size=1024), "eltwise_add_bf16_vector", "aie2/add.cc"),
         (ElementwiseAdd(size=2048, tile_size=256), "iron_add_bf16", SHIPPED.file),
-        (GELU(size=2048), "gelu_bf16_size", "{arch}/gelu.cc"),
-        (Tanh(size=2048), "tanh_bf16", "{arch}/tanh.cc"),
+        (GELU(size=2048, tile_size=1024), "gelu_bf16", "aie2/gelu.cc"),
+        (GELU(size=2048), "iron_gelu_bf16", "kernels/aie2/activation.cc"),
+        (Tanh(size=2048), "iron_tanh_bf16", "kernels/aie2/activation.cc"),
     ],
 )
 def test_designs_link_the_kernel_their_line_allows(op, symbol, source):
-    (kernel,) = design_of(op.resolve(Device.from_name("npu1"))).kernels
+    *_, kernel = design_of(op.resolve(Device.from_name("npu1"))).kernels
     assert (kernel.symbol, kernel.source.file) == (symbol, source)
 
 
-def test_every_shipped_kernel_is_defined_with_its_argument_count():
-    symbols = {}
-    for name in STREAMING:
-        for index in range(len(registry.get_operator(name).cases)):
-            for kernel in design_of(resolved(name, index, "npu2")).kernels:
-                if kernel.source == SHIPPED:
-                    symbols[kernel.symbol] = len(kernel.args)
-    assert len(symbols) >= 5
-    for symbol, count in symbols.items():
-        match = re.search(rf"void {symbol}\(([^)]*)\)", KERNEL_SOURCE)
-        assert match, f"{symbol} is not defined in {SHIPPED.file}"
-        assert len(match.group(1).split(",")) == count, symbol
-
-
 def test_an_activation_line_that_is_not_whole_kernel_iterations_is_refused():
-    with pytest.raises(OperatorError, match=r"^SiLU: tile_size=48: a multiple of 32 \(the"):
-        SiLU(size=96, tile_size=48)
+    with pytest.raises(OperatorError, match=r"^SiLU: tile_size=40: a multiple of 16 \(the"):
+        SiLU(size=80, tile_size=40)
 
 
 # ---- the aie2 lookup table ---------------------------------------------------------------
@@ -249,24 +235,33 @@ def _float64(name: str, x: np.ndarray) -> np.ndarray:
         }[name]
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("cls", [Tanh, Sigmoid, SiLU, GELU], ids=lambda c: c.__name__)
-def test_the_tolerance_covers_the_kernel_on_every_input_and_no_more(cls, device):
-    """The operator's tolerance holds the kernel model (aie2: the lookup
-    table; aie2p: the native tanh as float32) to the float64 formula over
-    every finite bf16 up to 2^32; its atol is within 2x of what the worst
-    input needs (the rtol alone would fail)."""
-    device = Device.from_name(device)
+def _needed_atol(cls, device: Device, line: int) -> float:
+    """The largest |y - exact| - rtol |exact| of the kernel a `line`-element
+    line links, over every finite bf16 up to 2^32."""
     x = every_bf16()
     x = np.concatenate([x, np.zeros(-len(x) % 1024, x.dtype)])
-    op = cls(size=len(x), tile_size=1024, num_aie_columns=1).resolve(device)
+    op = cls(size=len(x), tile_size=line, num_aie_columns=1).resolve(device)
     y = simulate(design_of(op), {"x": x})["y"]
     exact = _float64(cls.__name__, x)
     tolerance = op.tolerance(device)
     assert compare(y, exact.astype(np.float32), tolerance)
-    needed = np.max(np.abs(y.astype(np.float64) - exact) - tolerance.rtol * np.abs(exact))
-    assert needed <= tolerance.atol
-    assert needed > tolerance.atol / 2 or tolerance.atol == 1e-6
+    return float(np.max(np.abs(y.astype(np.float64) - exact) - tolerance.rtol * np.abs(exact)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cls", [Tanh, Sigmoid, SiLU, GELU], ids=lambda c: c.__name__)
+def test_the_tolerance_covers_the_kernels_on_every_input_and_no_more(cls, device):
+    """The operator's tolerance holds each kernel model it may run (a
+    1024-element line: mlir-aie's silu or gelu, our tanh or sigmoid; a
+    256-element line: ours) to the float64 formula over every finite bf16 up
+    to 2^32 (aie2: the lookup table; aie2p: the native tanh as float32); its
+    atol is within 2x of what the worst input needs (the rtol alone would
+    fail)."""
+    device = Device.from_name(device)
+    needed = [_needed_atol(cls, device, line) for line in (1024, 256)]
+    atol = cls(size=1024).tolerance(device).atol
+    assert max(needed) <= atol
+    assert max(needed) > atol / 2 or atol == 1e-6
 
 
 @pytest.mark.parametrize("device", DEVICES)

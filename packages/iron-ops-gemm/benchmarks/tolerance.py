@@ -4,11 +4,13 @@ much garbage the floor lets through, per reduction depth K.
 Each device model computes C = A @ B for standard-normal bf16 A (256, K) and
 B (K, 128) and is judged against the operator's reference: the floor it
 needs is max(|device - reference| - 0.04 |reference|) / mass, with mass =
-K mean|A| mean|B|. Models: aie2p multiplies bf16 emulated through bfp16
-(`bfp16_emulated`) into float32; aie2 multiplies bf16 into float32 in
-another order (64-deep slices); and, for contrast, a design that rounds its
-partial sums to bf16 between 64-deep slices (IRON's GEMM without
-prio_accuracy), which the reference's one rounding does not allow for.
+K mean|A| mean|B|. Models: the designs' models of mm.cc's arithmetic
+(`core_kernels.block_product`, 8-deep blocks into a float32 accumulator):
+aie2p's bf16 emulated through bfp16 (both operands through
+`iron.design.block_float.quantize`), aie2's bf16; and, for contrast, a
+design that rounds its partial sums to bf16 between 64-deep slices (IRON's
+GEMM without prio_accuracy), which the reference's one rounding does not
+allow for.
 "garbage passed" is the share of elements an all-zero output would pass.
 
     uv run --package iron-ops-gemm python packages/iron-ops-gemm/benchmarks/tolerance.py [--write-readme]
@@ -25,10 +27,12 @@ import numpy as np
 
 from iron.core import Device, bf16, compare
 from iron.core.benchmarking import markdown_table, write_readme_section
-from iron.ops.gemm.gemm import GEMM, bfp16_emulated
+from iron.design.block_float import quantize
+from iron.ops.gemm.core_kernels import block_product
+from iron.ops.gemm.gemm import GEMM
 
 README = Path(__file__).parents[1] / "README.md"
-DEPTHS = (64, 256, 1024, 4096)
+DEPTHS = (16, 64, 256, 1024, 4096)
 SLICE = 64
 
 
@@ -41,11 +45,14 @@ def sliced(a: np.ndarray, b: np.ndarray, round_between: bool) -> np.ndarray:
     return acc.astype(bf16)
 
 
+def mm_cc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    zeros = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    return block_product(a.astype(np.float32), b.astype(np.float32), zeros).astype(bf16)
+
+
 MODELS = [
-    ("npu2", "bf16 via bfp16, float32 sums", lambda a, b: sliced(
-        bfp16_emulated(a, 1), bfp16_emulated(b, 0), round_between=False)),
-    ("npu1", "bf16, float32 sums in 64-deep slices", lambda a, b: sliced(
-        a.astype(np.float32), b.astype(np.float32), round_between=False)),
+    ("npu2", "mm.cc, bf16 via bfp16", lambda a, b: mm_cc(quantize(a, 1), quantize(b, 0))),
+    ("npu1", "mm.cc, bf16", mm_cc),
     ("npu1", "bf16 partial sums between slices", lambda a, b: sliced(
         a.astype(np.float32), b.astype(np.float32), round_between=True)),
 ]  # fmt: skip
@@ -57,7 +64,7 @@ def measure() -> list[list[str]]:
     for K in DEPTHS:
         a = rng.standard_normal((256, K)).astype(bf16)
         b = rng.standard_normal((K, 128)).astype(bf16)
-        op = GEMM(256, K, 128)
+        op = GEMM(256, K, 128, tile_k=min(K, 64))
         (reference,) = op.call_reference(a, b)
         expected = reference.astype(np.float64)
         mass = K * np.mean(np.abs(a.astype(np.float64))) * np.mean(np.abs(b.astype(np.float64)))

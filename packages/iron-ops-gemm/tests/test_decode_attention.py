@@ -133,7 +133,7 @@ REFUSALS = [
     (GQAScores, {**SHAPE, "heads": 0}, None, "GQAScores: heads=0: at least 1"),
     (GQAScores, {**SHAPE, "kv_heads": 3}, None,
      "GQAScores: kv_heads=3: must divide the 8 query heads .*h // \\(heads / kv_heads\\)"),
-    (GQAContext, {**SHAPE, "head_dim": 40}, None, "GQAContext: head_dim=40: a multiple of 16"),
+    (GQAContext, {**SHAPE, "head_dim": 40}, None, "GQAContext: head_dim=40: a positive multiple of 16"),
     (GQAContext, {**SHAPE, "max_seq_len": 63}, None, "GQAContext: max_seq_len=63: an even number"),
     (GQAScores, {**SHAPE, "num_aie_columns": 4}, None,
      "GQAScores: kv_heads=2: must split evenly over num_aie_columns=4"),

@@ -6,8 +6,9 @@ import pytest
 from support import unfaithful_fraction
 
 from iron.core import Device, OperatorError, Tolerance, bf16, compare, dtype_name
+from iron.design.block_float import quantize
 from iron.ops.gemm import gemm
-from iron.ops.gemm.gemm import GEMM, INT8_MAX_K, bfp16_emulated
+from iron.ops.gemm.gemm import GEMM, INT8_MAX_K
 
 NPU1, NPU2 = Device.from_name("npu1"), Device.from_name("npu2")
 
@@ -153,9 +154,9 @@ def test_bfp16_emulation_keeps_8_bit_mantissas_under_each_blocks_exponent():
     # the largest, 3.0, sets the step: 2^(1 - 6) = 1/32
     expected = np.array([48, 0, -10, 96, 0, -96, 11, 50], np.float32) / 32
     x = np.stack([block, 4 * block])  # a second row: its own exponent along axis 1
-    np.testing.assert_array_equal(bfp16_emulated(x, axis=1), np.stack([expected, 4 * expected]))
-    np.testing.assert_array_equal(bfp16_emulated(x.T, axis=0), np.stack([expected, 4 * expected]).T)
-    assert bfp16_emulated(np.full(8, 255.0), axis=0)[0] == 254  # clipped to 127 steps of 2
+    np.testing.assert_array_equal(quantize(x, axis=1), np.stack([expected, 4 * expected]))
+    np.testing.assert_array_equal(quantize(x.T, axis=0), np.stack([expected, 4 * expected]).T)
+    assert quantize(np.full(8, 255.0), axis=0)[0] == 254  # clipped to 127 steps of 2
 
 
 # ---- tolerance -------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ def test_bfp16_emulation_keeps_8_bit_mantissas_under_each_blocks_exponent():
 def device_like(a, b):
     """A plausible npu2 result: inputs through bfp16, float32 accumulation
     in another order (per 64-deep slice), one rounding to bf16."""
-    qa, qb = bfp16_emulated(a, axis=1), bfp16_emulated(b, axis=0)
+    qa, qb = quantize(a, axis=1), quantize(b, axis=0)
     acc = sum(qa[:, k : k + 64] @ qb[k : k + 64] for k in range(0, a.shape[1], 64))
     return acc.astype(bf16)
 
@@ -230,14 +231,18 @@ REFUSALS = [
     ({"M": 256, "K": 131072, "N": 64, "dtype_in": "int8", "dtype_out": "int32"}, None,
      f"GEMM: K=131072: at most {INT8_MAX_K} for int8: .* int32 accumulator"),
     ({"M": 256, "K": 64, "N": 64, "tile_m": 12}, None,
-     "GEMM: tile_m=12: a multiple of 8 .*4x8x4 MACs on any device"),
-    ({"M": 256, "K": 64, "N": 64, "tile_k": 12}, None, "GEMM: tile_k=12: a multiple of 8"),
-    ({"M": 256, "K": 64, "N": 64, "tile_n": 12}, None, "GEMM: tile_n=12: a multiple of 8"),
-    ({"M": 256, "K": 64, "N": 96, "tile_n": 24}, NPU2, "GEMM: tile_n=24: a multiple of 16"),
+     re.escape("GEMM: tile_m=12: aie2/mm.cc matmul_bf16_f32 needs tile_m % 16 == 0 (aie2/mm.cc, "
+               "matmul_vectorized_4x8x4_bf16_f32 (r = 4): static_assert(m % (4 * r) == 0);)")),
+    ({"M": 256, "K": 64, "N": 64, "tile_k": 12}, None,
+     r"GEMM: tile_k=12: aie2/mm.cc matmul_bf16_f32 needs tile_k % 8 == 0 .*static_assert\(k % s"),
+    ({"M": 256, "K": 64, "N": 64, "tile_n": 12}, None,
+     r"GEMM: tile_n=12: aie2/mm.cc matmul_bf16_f32 needs tile_n % 16 == 0 .*\(n % \(4 \* t\)"),
+    ({"M": 256, "K": 64, "N": 96, "tile_n": 24}, NPU2,
+     r"GEMM: tile_n=24: aie2p/mm.cc matmul_bf16_f32 needs tile_n % 16 == 0 .*\(t = 8\)"),
     ({"M": 256, "K": 64, "N": 96, "tile_n": 24, "dtype_in": "int8", "dtype_out": "int32"}, None,
-     "GEMM: tile_n=24: a multiple of 16 .*4x8x8 MACs on any device"),
+     r"GEMM: tile_n=24: aie2/mm.cc matmul_i8_i32 needs tile_n % 16 == 0 .*4x8x8_i8_i32 \(t = 8\)"),
     ({"M": 96, "K": 64, "N": 64, "tile_m": 8}, NPU2,
-     "GEMM: tile_m=8: a multiple of 16 .*8x8x8 MACs on npu2"),
+     r"GEMM: tile_m=8: aie2p/mm.cc matmul_bf16_f32 needs tile_m % 16 == 0 .*\(r = 8\)"),
     ({"M": 320, "K": 64, "N": 64}, None, "GEMM: M=320: a multiple of tile_m x 4 = 256"),
     ({"M": 256, "K": 100, "N": 64}, None, "GEMM: K=100: a multiple of tile_k=64"),
     ({"M": 256, "K": 64, "N": 96}, None, "GEMM: N=96: a multiple of tile_n=64"),
@@ -254,15 +259,17 @@ REFUSALS = [
 @pytest.mark.parametrize("params, device, message", REFUSALS, ids=lambda v: None)
 def test_refusals_name_the_operator_parameter_and_rule(params, device, message):
     with pytest.raises(OperatorError, match=message):
-        op = GEMM(**params)
-        if device is not None:
-            op.resolve(device)
+        GEMM(**params, device=device)
 
 
-def test_8_row_tiles_build_on_npu1_and_npu2_refuses_them_for_bf16_and_int8():
-    # mm.cc's mmul blocks: aie2 4x8x4 (bf16) and 4x8x8 (int8); aie2p 8x8x8 for both
-    assert GEMM(96, 64, 64, tile_m=8).resolve(NPU1).tile_m == 8
-    int8 = GEMM(96, 64, 64, tile_m=8, dtype_in="int8", dtype_out="int32")
-    assert int8.resolve(NPU1).tile_m == 8
-    with pytest.raises(OperatorError, match=r"tile_m=8: a multiple of 16 .*8x8x8 MACs on npu2"):
-        int8.resolve(NPU2)
+def test_8_row_tiles_are_refused_on_both_generations_naming_mm_cc_and_its_assert():
+    """aie2's mm.cc static-asserts 16-row multiples too: its bf16 kernel
+    expands the 4x8x4 mmul 4 x 4 times, its int8 kernel the 4x8x8 one 4 x 2
+    (an 8-row tile did not compile for npu1)."""
+    for dtypes, symbol in (({}, "matmul_bf16_f32"),
+                           ({"dtype_in": "int8", "dtype_out": "int32"}, "matmul_i8_i32")):  # fmt: skip
+        for device, arch in ((NPU1, "aie2"), (NPU2, "aie2p")):
+            with pytest.raises(
+                OperatorError, match=f"tile_m=8: {arch}/mm.cc {symbol} needs tile_m % 16"
+            ):
+                GEMM(96, 64, 64, tile_m=8, **dtypes, device=device)

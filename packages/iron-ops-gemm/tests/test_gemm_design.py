@@ -8,9 +8,8 @@ import pytest
 from support import random_inputs, simulated
 
 from iron.core import Device, OperatorError, compare
-from iron.design import check, design_of, simulate
+from iron.design import Tile, check, design_of, place, simulate
 from iron.ops.gemm import GEMM
-from iron.ops.gemm.tiling import mmul_shape
 
 NPU1, NPU2 = Device.from_name("npu1"), Device.from_name("npu2")
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
@@ -48,9 +47,8 @@ def test_other_outputs_match_the_reference(device, params):
 
 
 def test_sizes_that_are_not_multiples_of_256(device):
-    # the smallest tiles each generation's mmul blocks allow: 4 rows of tile_m
-    r, _, _ = mmul_shape(device, "bf16")
-    op = GEMM(M=24 * r, K=80, N=96, tile_m=2 * r, tile_k=16, tile_n=32)
+    # the smallest tile rows mm.cc allows on either generation: 4 rows of 16
+    op = GEMM(M=192, K=80, N=96, tile_m=16, tile_k=16, tile_n=32)
     assert op.M % 256 and op.K % 256 and op.N % 256
     for b_col_maj in (False, True):
         actual, expected, tolerance = run(attrs.evolve(op, b_col_maj=b_col_maj), device)
@@ -118,10 +116,42 @@ def test_a_group_stride_past_the_shim_field_takes_a_round_per_group():
     op = GEMM(256, 8192, 8192, b_col_maj=True).resolve(NPU2)
     design = design_of(op)
     assert check(design).ok
-    assert len(design.tasks()) == 16 * (1 + 2 * 8)  # 16 groups, each A, 8 B and 8 C
+    # 16 groups, each A through 4 paths, 8 B and 8 C
+    assert len(design.tasks()) == 16 * (4 + 2 * 8)
 
 
 def test_row_blocks_past_a_shim_dimension_are_refused():
     # fits a core (16 + 1 + 16 + 8 KiB and the stack), but 4 x 256 rows > 1023
     with pytest.raises(OperatorError, match=r"GEMM: tile_m=256: at most 255: .* wraps at 1023"):
         GEMM(1024, 64, 64, tile_m=256, tile_k=16, tile_n=16).resolve(NPU1)
+
+
+@pytest.mark.parametrize(("columns", "paths"), [(1, 1), (2, 2), (3, 2), (4, 4)])
+def test_a_enters_through_min_4_columns_shim_and_memtile_paths(columns, paths):
+    """As mlir-aie's whole_array: path p takes 4 / paths core rows' share of
+    A from column p's shim into column p's memtile; each shim reads only
+    its share (the counters), and C is still A B."""
+    op = GEMM(256, 64, 64 * columns, num_aie_columns=columns).resolve(NPU1)
+    design = design_of(op)
+    placed = place(design)
+    a_paths = [f for f in placed.fifos if f.name.startswith("A_in")]
+    assert [f.producer.tile for f in a_paths] == [Tile(p, 0) for p in range(paths)]
+    splits = {link.name: link.tile for link in placed.links}
+    assert [splits[f.consumers[0].name] for f in a_paths] == [Tile(p, 1) for p in range(paths)]
+    a, b = random_inputs(op)
+    run_ = simulate(design, {"A": a, "B": b})
+    (expected,) = op.call_reference(a, b)
+    assert compare(run_["C"], expected, op.tolerance(NPU1, inputs=(a, b))).passed
+    share = a.nbytes // paths  # one column group: A read once
+    shim_reads = [run_.traffic.tiles[Tile(p, 0)].read for p in range(paths)]
+    b_share = b.nbytes // columns
+    assert all(read == share + b_share for read in shim_reads)
+
+
+def test_c_is_two_deep_where_a_core_holds_two_tiles():
+    small = design_of(GEMM(192, 64, 128, tile_m=16, tile_n=32).resolve(NPU2))
+    assert {f.depth for f in small.fifos if f.name.startswith("C") and "_" in f.name} == {2}
+    # 64 x 64 x 64, bf16 out: A 16 KiB + B 16 KiB + accumulator 16 KiB + two C tiles
+    # 16 KiB + stack exceed 64 KiB, so C stays 1 deep
+    full = design_of(GEMM(256, 64, 256).resolve(NPU2))
+    assert {f.depth for f in full.fifos if f.name.startswith("C") and "_" in f.name} == {1}

@@ -3,9 +3,12 @@ within the operator's own tolerance (the precise budget: the host multiplies
 bf16 into float32 like aie2), and the same bits for every thread count and
 on every run."""
 
+import functools
 import os
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
 import numba
@@ -18,6 +21,18 @@ from iron.ops.gemm.host import warm_up
 
 PRECISE_DEVICE = Device.from_name("npu1")
 THREADS = sorted({1, 2, 3, numba.config.NUMBA_NUM_THREADS})
+
+
+class Pool:
+    """What the cpu backend passes a kernel that takes `pool`: its session's
+    worker threads (iron.dispatch.host.HostPool), with per-thread storage."""
+
+    def __init__(self, workers):
+        self.workers, self.local = workers, threading.local()
+        self._executor = ThreadPoolExecutor(workers)
+
+    def submit(self, fn, *args):
+        return self._executor.submit(fn, *args)
 
 
 def normal(rng, shape, scale=1.0):
@@ -122,10 +137,11 @@ def test_gemm_matches_its_reference_and_is_deterministic(params, monkeypatch):
         inputs = [rng.integers(-128, 128, s.shape).astype(np.int8) for s in specs[:2]]
     else:
         inputs = [normal(rng, specs[0].shape), normal(rng, specs[1].shape, 0.1)]
-    (c,) = run(host.gemm, op, inputs)
+    (c,) = run(host.gemm, op, inputs)  # no pool: this thread alone
     verdict = compare(c, op.reference(*inputs), op.tolerance(PRECISE_DEVICE, inputs=inputs))
     assert verdict.passed, verdict.detail
-    assert len(bits_for_every_thread_count(host.gemm, op, inputs)) == 1
+    shared = functools.partial(host.gemm, pool=Pool(max(THREADS)))
+    assert bits_for_every_thread_count(shared, op, inputs) == {c.tobytes()}
 
 
 @pytest.mark.slow  # two fresh processes, each importing numba

@@ -131,7 +131,7 @@ def test_decode_and_prefill_agree_on_one_row():
 
 REFUSALS = [
     (SwiGLUDecode, {"embed": 40, "hidden": 512},
-     "SwiGLUDecode\\(embed=40, hidden=512\\): a part is refused: GEMV: K=40: a multiple of 16"),
+     "SwiGLUDecode\\(embed=40, hidden=512\\): a part is refused: GEMV: K=40: a positive multiple of 16"),
     (SwiGLUPrefill, {"rows": 100, "embed": 128, "hidden": 512},
      "SwiGLUPrefill\\(rows=100, .*\\): a part is refused: GEMM: M=100: a multiple of tile_m x 4"),
     (SwiGLUPrefill, {"rows": 256, "embed": 128, "hidden": 96},

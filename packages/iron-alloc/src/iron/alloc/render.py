@@ -6,6 +6,7 @@ import string
 from collections.abc import Mapping
 from pathlib import Path
 
+from .files import replacing, write_target
 from .liveness import LiveRange, peak_live_bytes
 from .planner import Plan
 
@@ -107,6 +108,7 @@ def render_png(
             "render_png needs matplotlib: install the plot extra, `pip install 'iron-alloc[plot]'`"
         ) from error
 
+    write_target(Path(path))  # before any drawing
     named = _by_size(ranges, sizes)
     lower = peak_live_bytes(ranges, sizes)
     figure = Figure(figsize=(10, 5), dpi=100)
@@ -145,5 +147,6 @@ def render_png(
     axes.set_title(title or f"{len(named)} buffers, {plan.strategy}")
     axes.legend(loc="upper right", fontsize=8)
     path = Path(path)
-    figure.savefig(path)
+    with replacing(path) as partial:  # a FIFO or a device there is refused, never written
+        figure.savefig(partial, format="png")
     return path

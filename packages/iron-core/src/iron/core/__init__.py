@@ -11,7 +11,6 @@ from iron.core.operator import (
     Operator,
     OperatorError,
     per_call,
-    random_array,
     require,
     tunable,
 )
@@ -60,7 +59,6 @@ __all__ = [
     "dtype_name",
     "hookimpl",
     "per_call",
-    "random_array",
     "require",
     "same_shape_binary",
     "same_shape_unary",

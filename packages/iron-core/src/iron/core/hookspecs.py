@@ -49,12 +49,13 @@ def iron_register_backends(register):
     """Register execution backends.
 
     Call ``register(name, target, *, summary="", priority=0)``. ``target`` is
-    ``"module:factory"``, a callable taking no argument (a class will do)
-    that returns an object following ``iron.dispatch.Backend``, the
-    ``typing.Protocol`` whose docstrings state what ``available``,
-    ``compile``, ``load``, the executable and its buffers must do. The
-    factory is imported when the backend is first asked for, called once
-    per registry load (`registry.reload` makes fresh instances), and its
+    ``"module:factory"``, a callable taking one argument, the session that
+    will own the instance (``iron.dispatch.Session``: its compile cache,
+    simulated device library and host kernels), that returns an object
+    following ``iron.dispatch.Backend``, the ``typing.Protocol`` whose
+    docstrings state what ``available``, ``compile``, ``load``, ``close``,
+    the executable and its buffers must do. The factory is imported when a
+    session first asks for the backend and called once per session; its
     object's ``name`` must be ``name``. Among available backends,
     ``"auto"`` picks the highest priority (IRON's: reference 10, sim 50,
     npu 100).

@@ -8,6 +8,12 @@ share a shape. Per-call values (a cache offset, a valid length) are fields
 declared with `per_call()`: they reach the reference as keyword arguments and
 are never part of identity.
 
+A field's annotation is its type, checked by an attrs validator that the
+class gets when it is defined (`ParameterType`, read from the annotation's
+text without evaluating it); a shape rule or design that asks for a
+parameter no field or property supplies fails then too, not when first
+called.
+
     @attrs.frozen
     class Scale(Operator):
         size: int
@@ -29,8 +35,9 @@ are never part of identity.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import enum
-import functools
 import hashlib
 import inspect
 import re
@@ -45,6 +52,7 @@ import numpy as np
 
 from iron.core.device import Device
 from iron.core.spec import ArgSpec, as_dtype, dtype_name
+from iron.core.testing import random_array
 from iron.core.tolerance import Tolerance
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
@@ -154,8 +162,34 @@ class Operator:
 
     cases: ClassVar[tuple[Case, ...]] = ()
 
+    #: functions whose parameters are bound from the operator's fields by name
+    BOUND: ClassVar[tuple[str, ...]] = ("arg_spec", "input_spec", "design")
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        """At class definition, before attrs builds the class: give each
+        field declared here its type's validator, and check that every
+        parameter of `BOUND` functions is supplied by a field or property."""
+        super().__init_subclass__(**kwargs)
+        if "__attrs_attrs__" in cls.__dict__:  # attrs' slotted copy of a class already done
+            return
+        namespace = vars(sys.modules.get(cls.__module__, builtins))
+        declared_types = {}
+        for name, annotation in inspect.get_annotations(cls).items():
+            if name == "device" or _is_class_var(annotation):
+                continue
+            where = f"{cls.__name__}.{name}"
+            declared_types[name] = resolve_annotation(annotation, namespace, where)
+            check = ParameterType(declared_types[name])
+            declared = cls.__dict__.get(name, attrs.NOTHING)
+            if isinstance(declared, _FIELD):
+                declared.validator(check)
+            else:
+                setattr(cls, name, attrs.field(default=declared, validator=check))
+        cls._declared_types = declared_types  # what `parameter_types` reads back
+        _check_bound(cls)
+        _check_cases(cls)
+
     def __attrs_post_init__(self) -> None:
-        check_field_types(self)
         check_buffer_sizes(self)
         self.validate()
 
@@ -196,6 +230,29 @@ class Operator:
         return [
             f.name for f in attrs.fields(cls) if f.name != "device" and _PER_CALL not in f.metadata
         ]
+
+    @classmethod
+    def parameter_types(cls) -> dict[str, Any]:
+        """Each field's type, as its annotation names it (inherited ones too)."""
+        found: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            found.update(vars(klass).get("_declared_types", {}))
+        return found
+
+    def to_data(self) -> dict[str, Any]:
+        """The parameters as JSON values (tuples as lists, enums by value,
+        dtypes by name): `from_data` makes an equal operator of them (its
+        device aside), in any process."""
+        return {name: _to_json(getattr(self, name)) for name in self.parameters()}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Operator:
+        """The operator whose `to_data` is `data`, each value read back as
+        its field's type says."""
+        types = cls.parameter_types()
+        return cls(
+            **{name: _from_json(value, types.get(name, Any)) for name, value in data.items()}
+        )
 
     @classmethod
     def per_call_members(cls) -> dict[str, np.dtype]:
@@ -348,60 +405,137 @@ def check_buffer_sizes(op: Operator) -> None:
 
 # ---- parameter types from field annotations ----------------------------------
 
+_FIELD = type(attrs.field())
 
-def check_field_types(op: Operator) -> None:
-    """Raise `OperatorError` for a field whose value does not match its
-    annotation: `int` takes integers but not bools, floats or strings;
-    `float` takes ints too; `bool` takes only bools; `X | None` takes None;
-    enums, tuples and classes are checked by isinstance. An annotation this
-    cannot read (a forward reference, a generic it does not know) is left
-    to the operator's own `validate`."""
-    for name, annotation in _field_annotations(type(op)).items():
-        value = getattr(op, name)
-        if _matches(value, annotation) is False:
+
+class AnnotationError(TypeError):
+    """A field's annotation names something that cannot be found."""
+
+
+def resolve_annotation(annotation, namespace: Mapping[str, Any], where: str):
+    """The type an annotation names. Text (``from __future__ import
+    annotations``) is parsed, never evaluated: names are looked up in
+    `namespace` and builtins, attributes read, ``X | Y`` and subscripts
+    (``tuple[int, ...]``) applied; nothing else is allowed."""
+    if not isinstance(annotation, str):
+        return annotation
+    try:
+        return _resolved(ast.parse(annotation, mode="eval").body, namespace)
+    except (AnnotationError, SyntaxError, AttributeError, TypeError) as error:
+        raise AnnotationError(
+            f"{where}: annotation {annotation!r} cannot be read ({error}); define the names it "
+            "uses before the class, or declare the field's type with an attrs validator"
+        ) from None
+
+
+def _resolved(node, namespace):
+    if isinstance(node, ast.Name):
+        if node.id in namespace:
+            return namespace[node.id]
+        if hasattr(builtins, node.id):
+            return getattr(builtins, node.id)
+        raise AnnotationError(f"{node.id!r} is not defined")
+    if isinstance(node, ast.Attribute):
+        return getattr(_resolved(node.value, namespace), node.attr)
+    if isinstance(node, ast.Constant) and (node.value is None or node.value is Ellipsis):
+        return node.value
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return _resolved(ast.parse(node.value, mode="eval").body, namespace)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        arms = [_resolved(side, namespace) for side in (node.left, node.right)]
+        return typing.Union[tuple(type(None) if a is None else a for a in arms)]  # noqa: UP007
+    if isinstance(node, ast.Subscript):
+        base, inner = _resolved(node.value, namespace), node.slice
+        items = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+        arguments = tuple(_resolved(item, namespace) for item in items)
+        return base[arguments if len(arguments) > 1 else arguments[0]]
+    raise AnnotationError(f"{ast.dump(node)} is not a type")
+
+
+def _is_class_var(annotation) -> bool:
+    if isinstance(annotation, str):
+        return annotation.startswith(("ClassVar", "typing.ClassVar"))
+    return typing.get_origin(annotation) is ClassVar
+
+
+@attrs.frozen
+class ParameterType:
+    """An attrs validator: the value matches `annotation` (`int` takes
+    integers but not bools, floats or strings; `float` takes ints too;
+    `bool` only bools; `X | None` takes None; tuples element by element;
+    any other class by isinstance), else `OperatorError` naming the
+    operator, the parameter and the type."""
+
+    annotation: Any
+
+    def problem(self, owner: str, name: str, value) -> str | None:
+        """What is wrong with `value` for parameter `name` of operator
+        `owner` ("GEMM: M='abc': must be an int ..."), or None."""
+        if _matches(value, self.annotation):
+            return None
+        return (
+            f"{owner}: {name}={_shown(value)}: must be "
+            f"{_describe(self.annotation)}, not {type(value).__name__}"
+        )
+
+    def __call__(self, op, attribute, value) -> None:
+        problem = self.problem(type(op).__name__, attribute.name, value)
+        if problem:
+            raise OperatorError(problem)
+
+
+def _check_cases(cls: type) -> None:
+    """Refuse two declared cases with one label: a snapshot keys cases by
+    label, so the second would silently replace the first."""
+    seen = set()
+    for case in vars(cls).get("cases", ()):
+        if case.label in seen:
             raise OperatorError(
-                f"{type(op).__name__}: {name}={_shown(value)}: must be {_describe(annotation)}, "
-                f"not {type(value).__name__}"
+                f"{cls.__name__}: cases: two are labelled {case.label!r}; give one an id"
+            )
+        seen.add(case.label)
+
+
+def _check_bound(cls: type) -> None:
+    """Refuse a class whose `BOUND` functions ask for a parameter that no
+    field (declared here or inherited) or attribute supplies and that has
+    no default."""
+    fields = {n for c in cls.__mro__ for n in inspect.get_annotations(c)}
+    for function in cls.BOUND:
+        fn = getattr(cls, function, None)
+        if not callable(fn):
+            continue
+        missing = [
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.default is p.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and p.name not in fields
+            and not hasattr(cls, p.name)
+        ]
+        if missing:
+            raise BindError(
+                f"{cls.__name__}.{function} takes {', '.join(missing)}, which no field or "
+                f"property of {cls.__name__} supplies: rename the parameter to match a field, "
+                "add the property, or give it a default"
             )
 
 
-@functools.cache
-def _field_annotations(cls: type) -> dict[str, Any]:
-    namespace = vars(sys.modules.get(cls.__module__, typing))
-    found = {}
-    for field in attrs.fields(cls):
-        annotation = field.type
-        if isinstance(annotation, str):
-            try:
-                # the class's own annotation text, read as typing.get_type_hints would
-                annotation = eval(annotation, dict(namespace))
-            except Exception:  # an annotation only a type checker can read
-                continue
-        if annotation is not None and field.name != "device":
-            found[field.name] = annotation
-    return found
-
-
-def _matches(value, annotation) -> bool | None:
-    """True or False where the annotation is understood; None otherwise."""
-    if annotation is Any:
+def _matches(value, annotation) -> bool:
+    if annotation is Any or annotation is object:
         return True
     if annotation is None or annotation is type(None):
         return value is None
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        verdicts = [_matches(value, arm) for arm in typing.get_args(annotation)]
-        return True if True in verdicts else (None if None in verdicts else False)
+        return any(_matches(value, arm) for arm in typing.get_args(annotation))
     if origin is tuple:
         if not isinstance(value, tuple):
             return False
         arms = typing.get_args(annotation)
         if len(arms) == 2 and arms[1] is Ellipsis:
             arms = (arms[0],) * len(value)
-        elif len(arms) != len(value):
-            return False
-        verdicts = [_matches(v, arm) for v, arm in zip(value, arms)]
-        return False not in verdicts
+        return len(arms) == len(value) and all(_matches(v, a) for v, a in zip(value, arms))
     if annotation is bool:
         return isinstance(value, (bool, np.bool_))
     if annotation is int:
@@ -410,9 +544,52 @@ def _matches(value, annotation) -> bool | None:
         return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
             value, (bool, np.bool_)
         )
-    if isinstance(annotation, type) and origin is None:
-        return isinstance(value, annotation)
-    return None
+    cls = origin if isinstance(origin, type) else annotation
+    try:
+        return isinstance(value, cls)
+    except TypeError:  # a type only a type checker can check (a protocol, a special form)
+        return True
+
+
+def _to_json(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, enum.Enum):
+        return _to_json(value.value)
+    if isinstance(value, np.dtype):
+        return dtype_name(value)
+    if isinstance(value, (tuple, list)):
+        return [_to_json(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"no JSON value for {value!r} ({type(value).__name__})")
+
+
+def _arms(annotation) -> tuple:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _from_json(value, annotation):
+    """`value` (from `_to_json`) as `annotation` types it."""
+    arms = _arms(annotation)
+    if isinstance(value, list):
+        shapes = [typing.get_args(a) for a in arms if typing.get_origin(a) is tuple] or [()]
+        inner = shapes[0]
+        if len(inner) == 2 and inner[1] is Ellipsis:
+            inner = (inner[0],) * len(value)
+        inner = inner if len(inner) == len(value) else (Any,) * len(value)
+        return tuple(_from_json(v, a) for v, a in zip(value, inner))
+    for arm in arms:
+        if isinstance(arm, type) and issubclass(arm, enum.Enum):
+            try:
+                return arm(value)
+            except ValueError:
+                continue
+        if arm is np.dtype and isinstance(value, str):
+            return as_dtype(value)
+    return value
 
 
 def _describe(annotation) -> str:
@@ -442,19 +619,6 @@ def _describe(annotation) -> str:
 def _shown(value) -> str:
     text = _text(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
-    dtype = as_dtype(dtype)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        lo, hi = (
-            (max(info.min, -(2**10)), min(info.max, 2**10))
-            if dtype.itemsize > 2
-            else (info.min, info.max)
-        )
-        return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
-    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
 
 
 class Composite(Operator):

@@ -11,8 +11,10 @@ skips those (``*`` skips every third-party plugin). iron-core's own plugin
 plugins always load.
 
 Listing imports plugin modules only: operator modules are imported one at a
-time, by `get_operator`. What the registry makes from its entries (operator
-classes, backend instances) lives until the next `reload`.
+time, by `get_operator`. The registry is the plugin table and nothing more:
+operator classes it imported live until the next `reload`; backends are
+made from their entries by whoever owns them (iron-dispatch's `Session`),
+never kept here.
 """
 
 from __future__ import annotations
@@ -105,8 +107,8 @@ class Registry:
 
     def reload(self) -> None:
         """Read the plugins again (the environment's allow and deny lists
-        included); operator classes and backend instances made so far are
-        dropped, so the next lookup makes fresh ones."""
+        included); operator classes imported so far are dropped, so the next
+        lookup imports fresh ones."""
         self._loaded = False
         self._load()
 
@@ -146,8 +148,8 @@ class Registry:
             pm.register(plugin, name=name)
             module = getattr(plugin, "__name__", type(plugin).__name__)
             plugins[name] = PluginInfo(name, module, IN_PROCESS, "-", "loaded")
-        current = settings.current()
-        allow, deny = current.plugins, current.disable_plugins
+        allow = settings.value("IRON_PLUGINS")
+        deny = settings.value("IRON_DISABLE_PLUGINS")
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             dist = ep.dist.name if ep.dist else "?"
             info = dict(name=ep.name, module=ep.value, distribution=dist, version=_version(dist))
@@ -169,7 +171,6 @@ class Registry:
         self._backends: dict[str, BackendEntry] = {}
         self._commands: dict[str, CommandEntry] = {}
         self._classes: dict[str, type] = {}
-        self._backend_instances: dict[str, Any] = {}
         self._collect("device", self._devices, self._device_entry)
         self._collect("operator", self._operators, self._operator_entry)
         self._collect("backend", self._backends, self._backend_entry)
@@ -280,23 +281,14 @@ class Registry:
         self._load()
         return dict(self._backends)
 
-    def backend(self, name: str):
-        """The instance of registered backend `name`: its factory is called
-        once per registry load."""
+    def backend_entry(self, name: str) -> BackendEntry:
+        """The entry of registered backend `name`; its ``load()`` is the
+        factory, called with the session that will own the instance."""
         self._load()
         if name not in self._backends:
             registered = ", ".join(sorted(self._backends)) or "none"
             raise KeyError(f"unknown backend {name!r}; registered backends: {registered}")
-        if name not in self._backend_instances:
-            entry = self._backends[name]
-            instance = entry.load()()
-            if getattr(instance, "name", None) != name:
-                raise RegistryError(
-                    f"backend {name!r} (from plugin {entry.plugin!r}) made an object named "
-                    f"{getattr(instance, 'name', None)!r}; a backend's name is its registered name"
-                )
-            self._backend_instances[name] = instance
-        return self._backend_instances[name]
+        return self._backends[name]
 
     def commands(self) -> dict[str, CommandEntry]:
         self._load()
@@ -332,6 +324,49 @@ def _version(distribution: str) -> str:
         return "?"
 
 
+def settings_problems() -> dict[str, str]:
+    """Variable -> what is wrong with its value: malformed values
+    (`settings.problems`) and, once none is, a backend, a device or a
+    plugin name that nothing installed answers to."""
+    found = settings.problems()
+    if found:
+        return found  # the registry reads these very values: ask it nothing
+    current = settings.current()
+    names = sorted(backends())
+    if current.backend != "auto" and current.backend not in names:
+        found["IRON_BACKEND"] = (
+            f"IRON_BACKEND={current.backend!r}: not a registered backend "
+            f"(registered: {', '.join(names) or 'none'}; or auto)"
+        )
+    names = sorted(devices())
+    if current.device not in names:
+        found["IRON_DEVICE"] = (
+            f"IRON_DEVICE={current.device!r}: not a registered device "
+            f"(registered: {', '.join(names)})"
+        )
+    installed = {n for p in plugins() for n in (p.name, p.distribution)}
+    for variable, given, wildcard in (
+        ("IRON_PLUGINS", current.plugins or frozenset(), set()),
+        ("IRON_DISABLE_PLUGINS", current.disable_plugins, {"*"}),
+    ):
+        unknown = sorted(given - installed - wildcard)
+        if unknown:
+            found[variable] = (
+                f"{variable}={','.join(sorted(given))!r}: no installed plugin is named "
+                f"{', '.join(unknown)} (`iron plugins` lists them)"
+            )
+    return found
+
+
+def checked_settings() -> settings.Settings:
+    """The settings, once every value is known to be usable
+    (`settings_problems`); `SettingsError` naming the first one otherwise."""
+    found = settings_problems()
+    if found:
+        raise settings.SettingsError(next(iter(found.values())))
+    return settings.current()
+
+
 _registry = Registry()
 plugins = _registry.plugins
 operators = _registry.operators
@@ -340,7 +375,7 @@ operator_entry = _registry.operator_entry
 get_operator = _registry.get_operator
 devices = _registry.devices
 backends = _registry.backends
-backend = _registry.backend
+backend_entry = _registry.backend_entry
 commands = _registry.commands
 doctor = _registry.doctor
 reload = _registry.reload

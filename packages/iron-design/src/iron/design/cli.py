@@ -6,15 +6,15 @@ registered operator's designs.
     iron design show AddOne size=4096 --mlir
     iron design example split_join workers=4 --device npu2
     iron design example add_one --lowered
-    iron design check --device npu1
+    iron design check --device npu1 --json
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
-from iron.core import registry
-from iron.core.cli import parse_params, table
+from iron.core.cli import make_operator, parse_params, table
 from iron.core.device import Device
 from iron.design.check import check
 from iron.design.examples import EXAMPLES
@@ -29,38 +29,43 @@ def configure(parser) -> None:
     actions = parser.add_subparsers(dest="design_action", required=True, metavar="action")
 
     show = actions.add_parser("show", help="an operator's placed design, its tiles and its check")
-    show.add_argument("name", help="a registered operator")
+    show.add_argument("name", help="a registered operator (`iron ops list` shows them)")
     show.set_defaults(func=show_operator)
     example = actions.add_parser("example", help="one of iron.design.examples, placed and checked")
-    example.add_argument("name", choices=sorted(EXAMPLES))
+    example.add_argument("name", choices=sorted(EXAMPLES), help="the example")
     example.set_defaults(func=show_example)
     for sub in (show, example):
-        sub.add_argument("params", nargs="*", metavar="key=value")
+        sub.add_argument(
+            "params", nargs="*", metavar="key=value", help="the operator's or example's parameters"
+        )
         _device_arguments(sub)
-        shown = sub.add_mutually_exclusive_group()
-        shown.add_argument("--mlir", action="store_true", help="print the MLIR aiecc takes instead")
-        shown.add_argument(
+        output = sub.add_mutually_exclusive_group()
+        output.add_argument(
+            "--mlir", action="store_true", help="print the MLIR aiecc takes instead"
+        )
+        output.add_argument(
             "--lowered",
             action="store_true",
             help="print the lowered form: the configuration and the runtime sequence",
         )
+        output.add_argument("--json", action="store_true", help="print the design as JSON")
 
     every = actions.add_parser("check", help="check every registered operator case with a design")
     _device_arguments(every)
     every.add_argument("--family", help="only this family")
+    every.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     every.set_defaults(func=check_catalog)
 
 
 def _device_arguments(parser) -> None:
-    parser.add_argument("--device", default="npu2", help="device to design for (default npu2)")
+    parser.add_argument("--device", default="npu2", help="device to design for")
     parser.add_argument("--columns", type=int, help="device width (default: full)")
 
 
 def show_operator(args) -> int:
     device = Device.from_name(args.device, args.columns)
-    op = registry.get_operator(args.name)(**parse_params(args.params, "iron design")).resolve(
-        device
-    )
+    params = parse_params(args.params, "iron design")
+    op = make_operator(args.name, params, "iron design show").resolve(device)
     return _show(design_of(op), args)
 
 
@@ -78,8 +83,38 @@ def _show(design: Design, args) -> int:
     if args.lowered:
         print(lowered_text(lower(design)))
         return 0
-    print(describe(design))
-    return 0 if check(design).ok else 1
+    report = check(design)
+    print(json.dumps(as_data(design), indent=1) if args.json else describe(design))
+    return 0 if report.ok else 1
+
+
+def as_data(design: Design) -> dict:
+    """What `describe` prints, as JSON data."""
+    design = place(design)
+    device, report = design.device, check(design)
+    tiles = []
+    for tile, used in usage(design).items():
+        limits = device.limits(used.kind)
+        tiles.append(
+            {"tile": str(tile), "kind": used.kind, "memory_bytes": used.memory_bytes,
+             "memory_limit": limits.memory_bytes, "locks": used.lock_count,
+             "lock_limit": limits.locks, "bds": used.bds, "bd_limit": limits.bds,
+             "s2mm": len(used.channels_in(S2MM)), "mm2s": len(used.channels_in(MM2S)),
+             "channel_limit": limits.dma_channels}
+        )  # fmt: skip
+    return {
+        "design": design.name, "device": device.key, "digest": design.digest(),
+        "configuration": lower(design).configuration.digest(),
+        "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": str(t.dtype),
+                     "direction": t.direction.value} for t in design.tensors],
+        "workers": [{"name": w.name, "tile": str(w.tile), "kernels": _kernels(w).split(", ")}
+                    for w in design.workers],
+        "fifos": [{"name": f.name, "shape": list(f.shape), "dtype": str(f.dtype),
+                   "depth": f.depth, "bytes": f.nbytes, "producer": _end(design, f.producer),
+                   "consumers": [_end(design, e) for e in f.consumers]} for f in design.fifos],
+        "tiles": tiles,
+        "ok": report.ok, "violations": [str(v) for v in report.violations],
+    }  # fmt: skip
 
 
 def describe(design: Design) -> str:
@@ -134,16 +169,22 @@ def _end(design: Design, endpoint) -> str:
 
 def check_catalog(args) -> int:
     device = Device.from_name(args.device, args.columns)
-    rows, failed = [], 0
+    rows, failed, found = [], 0, []
     for item in catalog_designs(device, args.family):
         if item.design is None:
             rows.append([item.operator, item.case, "refused", item.refusal])
+            found.append({"operator": item.operator, "case": item.case, "refused": item.refusal})
             continue
         report = check(item.design)
         failed += not report.ok
         first = "" if report.ok else str(report.violations[0])
         verdict = "ok" if report.ok else f"{len(report.violations)} violation(s)"
         rows.append([item.operator, item.case, verdict, first])
+        found.append({"operator": item.operator, "case": item.case, "ok": report.ok,
+                      "violations": [str(v) for v in report.violations]})  # fmt: skip
+    if args.json:
+        print(json.dumps({"device": device.key, "failed": failed, "cases": found}, indent=1))
+        return 1 if failed else 0
     if not rows:
         print(
             f"no registered operator has a design{f' in family {args.family!r}' if args.family else ''}"

@@ -9,14 +9,23 @@ An entry is built in a staging folder beside it and renamed into place
 under a per-key file lock, so two processes compiling one key compile once;
 a failed build leaves nothing behind.
 
-An entry that fails validation (no manifest, a manifest that is truncated
-or not a JSON object, a file whose size or checksum differs, a folder
-replaced by a file or a symlink, or contents the caller rejects) is a miss:
-it is rebuilt, and the new manifest says what was repaired, which `iron
-cache info` lists. `clear` removes only entries with the cache's manifest
-(and its own locks and staging folders), never follows a symlink, and
-leaves anything else in the root alone. The root is ``IRON_CACHE_HOME``,
-else the user cache directory + ``/iron`` (`iron.core.settings`).
+An entry that fails validation (no manifest, a manifest that is truncated,
+not a JSON object or not a regular file, a file whose size or checksum
+differs or that is not a regular file, a folder replaced by a file or a
+symlink, or contents the caller rejects) is a miss: it is rebuilt, and the
+new manifest says what was repaired, which `iron cache info` lists.
+`clear` removes only entries with the cache's manifest (and its own locks
+and staging folders) and leaves anything else in the root alone.
+
+Nothing under the root is followed if it is a symlink (the root itself may
+be one): a planted ``<key>.lock``, ``CACHEDIR.TAG`` or prefix folder that
+is a link is replaced by the cache's own (the link removed, its target
+never touched); files are opened with ``O_NOFOLLOW`` and ``O_NONBLOCK``
+and read only if they are regular files, so a FIFO or a link to a device
+cannot hang or flood a compile or ``iron cache info``. Locks are
+`filelock` locks, opened without following links. The root is
+``IRON_CACHE_HOME``, else the user cache directory + ``/iron``
+(`iron.core.settings`).
 """
 
 from __future__ import annotations
@@ -27,17 +36,16 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from iron.core import settings
+import filelock
 
-try:
-    import fcntl
-except ImportError:  # not on Windows: a plain exclusive lock file instead
-    fcntl = None
+from iron.core import files, settings
+from iron.core.files import NotRegularFile
 
 MANIFEST = "iron-cache.json"
 FORMAT = "iron-cache/2"
@@ -45,6 +53,62 @@ STAGING_MARK = ".iron-staging"
 #: the Cache Directory Tagging Specification's signature, so backup tools skip the cache
 CACHEDIR_TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# the IRON compile cache\n"
 _KEY = re.compile(r"[0-9a-f]{64}\Z")
+#: a manifest larger than this is not one the cache wrote (a 300-step image's is ~20 KiB)
+MANIFEST_MAX_BYTES = 16 * 2**20
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object of at most `MANIFEST_MAX_BYTES` (no key twice), read
+    only if it is a regular file and never through a link (`NotRegularFile`)."""
+    return files.read_json(path, limit=MANIFEST_MAX_BYTES, follow_links=False)
+
+
+def _entry_file_sha256(path: Path) -> tuple[int, str]:
+    """(bytes, sha256) of a regular file of an entry, never through a link."""
+    h, nbytes = hashlib.sha256(), 0
+    with files.open_regular(path, follow_links=False) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            h.update(block)
+            nbytes += len(block)
+    return nbytes, h.hexdigest()
+
+
+#: manifest fields and their JSON types (anything else there is kept as written)
+MANIFEST_FIELDS = {
+    "format": ("a string",), "key": ("a string",), "files": ("an object",),
+    "created": ("a number",), "repaired": ("a string",), "name": ("a string",),
+    "backend": ("a string",), "mode": ("a string",), "kind": ("a string",),
+}  # fmt: skip
+
+
+def _manifest_problem(manifest: dict) -> str | None:
+    """What is wrong with a manifest's fields (their JSON types, each file
+    record's), or None."""
+    for field, kinds in MANIFEST_FIELDS.items():
+        if field in manifest or field in ("format", "key", "files"):
+            try:
+                files.expect(MANIFEST, field, manifest.get(field), *kinds)
+            except ValueError as error:
+                return str(error)
+    for name, record in manifest["files"].items():
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            return f"{MANIFEST}: files names {name!r}, which lies outside the entry"
+        try:
+            files.expect(MANIFEST, f"files[{name!r}]", record, "an object")
+            files.expect(MANIFEST, f"files[{name!r}].nbytes", record.get("nbytes"), "an integer")
+            files.expect(MANIFEST, f"files[{name!r}].sha256", record.get("sha256"), "a string")
+        except ValueError as error:
+            return str(error)
+    return None
+
+
+def _replace_link(path: Path) -> None:
+    """Unlink `path` if it is a symlink or anything but a folder (a link's
+    target is never touched), so the cache can make its own there."""
+    with contextlib.suppress(FileNotFoundError):
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode):
+            path.unlink()
 
 
 def cache_home() -> Path:
@@ -53,8 +117,9 @@ def cache_home() -> Path:
 
 
 def file_sha256(path: Path) -> str:
+    """sha256 of a regular file's bytes (a FIFO or a device is refused)."""
     h = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with files.open_regular(path) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -75,6 +140,8 @@ class CompileCache:
         """(manifest, None) for a valid entry; (None, why) otherwise, why
         being None when there is simply no entry."""
         entry = self.entry(key)
+        if entry.parent.is_symlink():
+            return None, f"the prefix folder {entry.parent.name} was a symlink"
         if entry.is_symlink():
             return None, "the entry was a symlink"
         if not entry.exists():
@@ -82,24 +149,26 @@ class CompileCache:
         if not entry.is_dir():
             return None, "the entry's folder was a file"
         try:
-            manifest = json.loads((entry / MANIFEST).read_text())
+            manifest = read_json(entry / MANIFEST)
         except FileNotFoundError:
             return None, "the manifest was missing"
-        except (OSError, ValueError):
-            return None, "the manifest was truncated or not JSON"
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-            return None, "the manifest was not a JSON object with files"
-        if manifest.get("format") != FORMAT or manifest.get("key") != key:
+        except OSError:
+            return None, "the manifest was unreadable"
+        except ValueError as error:  # not a regular file, not a JSON object, a key twice
+            return None, f"the manifest {MANIFEST} was refused: {error}"
+        problem = _manifest_problem(manifest)
+        if problem:
+            return None, f"the manifest {MANIFEST} was refused: {problem}"
+        if manifest["format"] != FORMAT or manifest["key"] != key:
             return None, "the manifest was another format or key"
         for name, record in manifest["files"].items():
-            path = entry / name
-            if (
-                not isinstance(record, dict)
-                or path.is_symlink()
-                or not path.is_file()
-                or path.stat().st_size != record.get("nbytes")
-                or file_sha256(path) != record.get("sha256")
-            ):
+            try:
+                found = _entry_file_sha256(entry / name)
+            except NotRegularFile as error:
+                return None, f"file {name} was refused: {error}"
+            except OSError:
+                found = None
+            if found != (record["nbytes"], record["sha256"]):
                 return None, f"file {name} was missing or changed"
         return manifest, None
 
@@ -135,9 +204,16 @@ class CompileCache:
 
     # ---- writing ----
 
+    def _prefix(self, key: str) -> Path:
+        """The entry's prefix folder, made (in place of a link) if need be."""
+        prefix = self.root / key[:2]
+        _replace_link(prefix)
+        prefix.mkdir(parents=True, exist_ok=True)
+        return prefix
+
     def _write(self, key: str, build, meta: dict, repaired: str | None) -> Path:
         entry = self.entry(key)
-        entry.parent.mkdir(parents=True, exist_ok=True)
+        self._prefix(key)
         self._tag()
         staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         try:
@@ -171,33 +247,27 @@ class CompileCache:
             shutil.rmtree(entry)
 
     def _tag(self) -> None:
+        """Write ``CACHEDIR.TAG`` unless it is already a regular file: a new
+        file renamed over whatever is there (a link is replaced, not followed)."""
         tag = self.root / "CACHEDIR.TAG"
-        if not tag.exists():
-            tag.write_text(CACHEDIR_TAG)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISREG(tag.lstat().st_mode):
+                return
+        fd, temporary = tempfile.mkstemp(prefix=".tag-", dir=self.root)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(CACHEDIR_TAG)
+        os.replace(temporary, tag)
 
     @contextlib.contextmanager
     def _lock(self, key: str):
-        path = self.root / key[:2] / f"{key}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if fcntl is not None:
-            with open(path, "w") as handle:
-                fcntl.flock(handle, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(handle, fcntl.LOCK_UN)
-            return
-        while True:
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                break
-            except FileExistsError:
-                time.sleep(0.05)
-        try:
+        """The per-key lock, across processes (`filelock`, which opens the
+        file without following a link; a planted link is removed first)."""
+        path = self._prefix(key) / f"{key}.lock"
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(path.lstat().st_mode):
+                path.unlink()
+        with filelock.FileLock(path):
             yield
-        finally:
-            os.close(fd)
-            os.unlink(path)
 
     # ---- maintenance ----
 
@@ -248,12 +318,16 @@ class CompileCache:
             if child.is_symlink():
                 continue
             if child.is_dir() and _KEY.match(child.name) and self._owned(child):
-                shutil.rmtree(child)
+                # out of sight first: Ctrl-C mid-removal leaves no half entry under its key
+                aside = child.parent / f".{child.name[:12]}-removing"
+                (child / STAGING_MARK).touch()  # what lets a later clear finish the job
+                os.rename(child, aside)
+                shutil.rmtree(aside)
                 removed += 1
             elif child.is_dir() and (child / STAGING_MARK).is_file() and child.name.startswith("."):
                 shutil.rmtree(child)
-            elif child.is_file() and child.name.endswith(".lock") and _KEY.match(child.name[:-5]):
-                child.unlink()
+            elif child.name.endswith(".lock") and _KEY.match(child.name[:-5]):
+                child.unlink()  # ours by name; a regular file or not, never followed
         for prefix in self._prefixes():
             with contextlib.suppress(OSError):
                 prefix.rmdir()  # only if now empty
@@ -263,7 +337,7 @@ class CompileCache:
     def _owned(entry: Path) -> bool:
         """The folder holds this cache's manifest (valid or not, it is ours)."""
         try:
-            manifest = json.loads((entry / MANIFEST).read_text())
+            manifest = read_json(entry / MANIFEST)
         except (OSError, ValueError):
             return False
         return isinstance(manifest, dict) and manifest.get("format") == FORMAT

@@ -1,10 +1,10 @@
 """Cache identity: the text that decides what an image is, and the source
 digests in it.
 
-A source file's digest is kept per (path, mtime, size): a file edited while
-the process runs is read again, an unchanged one costs a `stat`. (Hashing
-IRON's own sources from scratch costs about 0.7 ms, a third of a warm
-compile.)
+A `Sources` (one per session) keeps each source file's digest per (path,
+mtime, size): a file edited while the process runs is read again, an
+unchanged one costs a `stat`. (Hashing IRON's own sources from scratch
+costs about 0.7 ms, a third of a warm compile.)
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-from functools import cache
 from pathlib import Path
 
 import iron.alloc
 import iron.core
+import iron.core.files
 import iron.design
 from iron.dispatch.layout import Layout
 from iron.dispatch.runlist import Runlist
@@ -33,60 +33,58 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-@cache
-def _content_digest(path: str, mtime_ns: int, size: int) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+class Sources:
+    """Digests of source files, each read again only when its mtime or size
+    moved; what `key_text` hashes of IRON's own code and of operator modules."""
+
+    def __init__(self) -> None:
+        self._digests: dict[tuple[str, int, int], str] = {}
+        self._files: dict[type, str | None] = {}
+        self._project: tuple[tuple[str, str], ...] | None = None
+
+    def file_digest(self, path: str | os.PathLike) -> str:
+        """Digest of a file's bytes, read again whenever its mtime or size moved."""
+        stat = os.stat(path)
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in self._digests:
+            self._digests[key] = hashlib.sha256(iron.core.files.read_bytes(path)).hexdigest()
+        return self._digests[key]
+
+    def project_digest(self) -> str:
+        """Digest of IRON's own runtime sources (core, alloc, design, dispatch),
+        listed once (a module added later matters only through an edit of one
+        that imports it)."""
+        if self._project is None:
+            self._project = tuple(
+                (str(path), str(path.relative_to(root.parent)))
+                for root in PROJECT_ROOTS
+                for path in sorted(root.rglob("*.py"))
+            )
+        h = hashlib.sha256()
+        for path, name in self._project:
+            h.update(f"{name} {self.file_digest(path)}\n".encode())
+        return h.hexdigest()
+
+    def code_identity(self, cls: type) -> str:
+        """Digest of the module that defines an operator (its reference, its
+        shape rule and its design live there); its qualified name where the
+        class has no source file."""
+        if cls not in self._files:
+            self._files[cls] = inspect.getsourcefile(cls)
+        source = self._files[cls]
+        return self.file_digest(source) if source else cls.__qualname__
 
 
-def file_digest(path: str | os.PathLike) -> str:
-    """Digest of a file's bytes, read again whenever its mtime or size moved."""
-    stat = os.stat(path)
-    return _content_digest(str(path), stat.st_mtime_ns, stat.st_size)
-
-
-@cache
-def _sources() -> tuple[tuple[str, str], ...]:
-    """(path, name relative to `iron/`) of every module under `PROJECT_ROOTS`,
-    listed once per process (a module added later matters only through an
-    edit of one that imports it)."""
-    return tuple(
-        (str(path), str(path.relative_to(root.parent)))
-        for root in PROJECT_ROOTS
-        for path in sorted(root.rglob("*.py"))
-    )
-
-
-def project_digest() -> str:
-    """Digest of IRON's own runtime sources (core, alloc, design, dispatch)."""
-    h = hashlib.sha256()
-    for path, name in _sources():
-        h.update(f"{name} {file_digest(path)}\n".encode())
-    return h.hexdigest()
-
-
-@cache
-def _source_file(cls: type) -> str | None:
-    return inspect.getsourcefile(cls)
-
-
-def code_identity(cls: type) -> str:
-    """Digest of the module that defines an operator (its reference, its
-    shape rule and its design live there); its qualified name where the
-    class has no source file."""
-    source = _source_file(cls)
-    return file_digest(source) if source else cls.__qualname__
-
-
-def key_text(runlist: Runlist, layout: Layout, image_parts: dict) -> str:
+def key_text(runlist: Runlist, layout: Layout, image_parts: dict, sources: Sources) -> str:
     """Everything that decides what an image is, as text: sources, every
     step's operator identity (object addresses are refused by
     `Operator.identity_text`), buffers and bindings, the layout, and
-    `image_parts` (backend, mode, flags, device)."""
+    `image_parts` (backend, mode, flags, device); `sources` digests the code."""
     classes = sorted(
         {type(s.op) for s in runlist.steps}, key=lambda c: (c.__module__, c.__qualname__)
     )
-    lines = [f"project {project_digest()}"]
-    lines += [f"code {c.__module__}.{c.__qualname__} {code_identity(c)}" for c in classes]
+    lines = [f"project {sources.project_digest()}"]
+    lines += [f"code {c.__module__}.{c.__qualname__} {sources.code_identity(c)}" for c in classes]
     texts: dict = {}  # equal operators recur across layers: one identity text each
     for s in runlist.steps:
         text = texts.get(s.op) or texts.setdefault(s.op, s.op.identity_text())

@@ -13,7 +13,10 @@ Two ways to lay out scratch, each a function of a `Runlist` that returns
   (the versions of one graph function): residents (weights, states) keep
   one offset forever and transients reuse other runlists' bytes.
 
-Every offset is aligned to the device's coherence granule (64 B).
+Every offset is aligned to the device's coherence granule (64 B). Every
+scratch layout is proven by `iron.alloc.check` before it is used: each
+buffer aligned and inside the arena, no two sharing a byte while both are
+live, with pinned buffers and residents (every version's) live throughout.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ from collections.abc import Hashable, Mapping
 
 import attrs
 
-from iron.alloc import ArenaPlan, Plan, align_up, peak_live_bytes, place
+from iron.alloc import (
+    ArenaPlan,
+    LiveRange,
+    Plan,
+    align_up,
+    check,
+    peak_live_bytes,
+    place,
+    touch_ranges,
+)
 from iron.core import View
 from iron.core.view import base_of
 from iron.dispatch.runlist import LayoutError, Runlist
@@ -128,6 +140,8 @@ def plan_layout(
         if plan_scratch
         else None
     )
+    whole = LiveRange(0, max(len(runlist.steps) - 1, 0))
+    _prove(scratch, {n: ranges.get(n, whole) for n in scratch}, max(base + used, cursor), a)
     inputs, outputs = _host_io(runlist, a)
     host_addressed = frozenset(n for n in scratch if n in runlist.pinned)
     return Layout(inputs, outputs, scratch, host_addressed), report, plan
@@ -161,6 +175,7 @@ def arena_layout(
         {n: k for n, k in residents.items() if n in scratch_set},
     )
     scratch = {n: (offsets[n], runlist.sizes[n]) for n in names}
+    _prove_arena(scratch, steps, residents, arena, a)
     transient = sum(align_up(runlist.sizes[n], a) for n in names if n not in residents)
     report = (
         f"{runlist.name}: arena {before} B -> {arena.size} B ({len(arena.residents)} residents; "
@@ -168,3 +183,24 @@ def arena_layout(
     )
     inputs, outputs = _host_io(runlist, a)
     return Layout(inputs, outputs, scratch, frozenset(residents) & scratch_set), report, None
+
+
+def _prove(scratch: Table, ranges: dict[str, LiveRange], size: int, alignment: int) -> None:
+    """`iron.alloc.check` over a whole scratch table (`OverlapError` names
+    the buffers): nothing placed by the planner is trusted unchecked."""
+    plan = Plan({n: o for n, (o, _) in scratch.items()}, size, alignment=alignment)
+    check(plan, ranges, {n: nbytes for n, (_, nbytes) in scratch.items()})
+
+
+def _prove_arena(scratch: Table, steps, residents, arena: ArenaPlan, alignment: int) -> None:
+    """One image in the shared arena, checked with every resident of every
+    version (live throughout, inside the arena) beside its transients."""
+    whole = LiveRange(0, max(len(steps) - 1, 0))
+    keys = {k: n for n, k in residents.items() if n in scratch}  # one name per storage
+    table = {n: scratch[n] for n in scratch if n not in residents or keys[residents[n]] == n}
+    ranges = touch_ranges(steps, [n for n in table if n not in residents])
+    for key, (offset, nbytes) in arena.residents.items():
+        name = keys.get(key, f"<resident {key!r}>")
+        table[name] = (offset, nbytes)
+        ranges[name] = whole
+    _prove(table, ranges, arena.size, alignment)

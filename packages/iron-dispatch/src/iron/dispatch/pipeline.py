@@ -8,6 +8,9 @@ digests, runlist, layout, trace size, backend, mode, flags; see
 - ``program<i>.json``: each device program, which the simulated XRT loads;
 - ``program<i>.mlir``: its fused MLIR, when every step has a design;
 - ``designs.json``: each design's canonical text by digest;
+- ``operators.json``: the operator behind each design (by digest) and host
+  model (by key), as data (`operator_records`): what the simulated device
+  rebuilds them from in a process that did not compile the program;
 - ``recipes.json``: how each kernel object is built (source digest, flags,
   include directories, target);
 - with a toolchain (aiecc and Peano): ``program<i>.elf`` (and
@@ -26,6 +29,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from iron.core import files
 from iron.design import Design, ToolchainError, aiecc_command
 from iron.design.aiecc import PEANO_FLAGS, Toolchain, kernel_commands, kernel_inputs
 from iron.design.mlir import kernel_objects
@@ -56,6 +60,29 @@ def image_summary(image: Image) -> str:
             "device": image.device, "sizes": image.sizes, "trace_size": image.trace_size,
             "parameters": [str(p) for p in image.parameters], "steps": steps}  # fmt: skip
     return json.dumps(data, separators=(",", ":"))
+
+
+#: an entry's operator records (see `operator_records`)
+OPERATORS = "operators.json"
+
+
+def operator_records(image: Image) -> dict[str, dict]:
+    """Design digest or host key -> the operator that makes it: its class
+    (``module:QualName``, as a plugin registers it), parameters
+    (`Operator.to_data`) and device (name and columns)."""
+    records = {}
+    for program in image.programs:
+        for step in program.steps:
+            name = step.digest if step.device is not None else step.host
+            if name not in records:
+                op = image.steps[step.index].op
+                cls = type(op)
+                records[name] = {
+                    "class": f"{cls.__module__}:{cls.__qualname__}",
+                    "params": op.to_data(),
+                    "device": [op.device.name, op.device.columns] if op.device else None,
+                }
+    return records
 
 
 def recipes(image: Image, toolchain: Toolchain | None) -> dict[str, dict]:
@@ -115,6 +142,7 @@ def write_artifacts(
     designs = {d: {"name": x.name, "device": x.device.key, "text": canonical(x)}
                for d, x in image.designs.items()}  # fmt: skip
     (staging / "designs.json").write_text(json.dumps(designs, indent=1))
+    (staging / OPERATORS).write_text(json.dumps(operator_records(image), indent=1, sort_keys=True))
     objects = recipes(image, toolchain)
     (staging / "recipes.json").write_text(json.dumps(objects, indent=1, sort_keys=True))
     emitted = 0
@@ -202,8 +230,8 @@ def matches(entry: Path, image: Image) -> bool:
     is checked, not trusted (its checksums only say it is the file written)."""
     try:
         return all(
-            (entry / f"program{i}.json").read_text() == p.to_json()
+            files.read_text(entry / f"program{i}.json", follow_links=False) == p.to_json()
             for i, p in enumerate(image.programs)
         )
-    except (OSError, UnicodeDecodeError):
+    except (OSError, ValueError):  # missing, not a regular file, not UTF-8
         return False

@@ -44,21 +44,23 @@ def iron_doctor(report):
     """Every registered backend, available or why not (an unavailable one is
     not a problem: most hosts have no NPU), which one "auto" picks (a
     problem when none is available), and the compile cache."""
-    from iron.dispatch.cache import CompileCache
-    from iron.dispatch.selection import auto_choice, backend_names, get_backend
+    from iron.dispatch.selection import backend_names
+    from iron.dispatch.session import Session
 
+    session = Session()
     for name in backend_names():
-        ok, why = get_backend(name).available()
+        ok, why = session.backend(name).available()
         report(f"backend {name}", "available" if ok else f"unavailable: {why}")
     try:
-        chosen, passed_over = auto_choice()
+        chosen, passed_over = session.auto_choice()
     except RuntimeError as error:
         report("backend auto", error, ok=False)
     else:
         over = f" (passed over: {', '.join(passed_over)})" if passed_over else ""
         report("backend auto", chosen + over)
     report("device steps", operators_with_designs())
-    info = CompileCache().info()
+    info = session.cache.info()
+    session.close()
     repaired = f", {len(info['repaired'])} repaired" if info["repaired"] else ""
     report(
         "compile cache", f"{info['root']}: {info['entries']} entries, {info['bytes']} B{repaired}"

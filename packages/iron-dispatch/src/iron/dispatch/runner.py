@@ -8,8 +8,8 @@ from iron.core import View
 from iron.dispatch.executable import allocate
 from iron.dispatch.memory import view
 from iron.dispatch.runlist import Runlist
-from iron.dispatch.selection import get_backend
 from iron.dispatch.sequence import OperatorSequence
+from iron.dispatch.session import Session
 
 
 def run(
@@ -21,10 +21,12 @@ def run(
     backend: str = "reference",
     mode: str = "fused",
     poison: bool = True,
+    session: Session | None = None,
 ) -> dict[str, np.ndarray]:
     """Outputs by name, after writing `inputs` and the host-addressed
-    `buffers` (weights, states) and running once with per-call `values`."""
-    chosen = get_backend(backend)
+    `buffers` (weights, states) and running once with per-call `values`,
+    on `backend` of `session` (default: a session of this run's own)."""
+    chosen = (session or Session()).backend(backend)
     runlist, layout = sequence.runlist, sequence.layout
     image = chosen.compile(runlist, layout, mode)
     granule = runlist.device.coherence_granule if runlist.device else 64

@@ -1,35 +1,25 @@
 """Choosing a backend: by name, by ``IRON_BACKEND``, or ``auto`` (the
-highest-priority registered backend that is available here). Instances are
-the registry's (`registry.backend`): one per registry load."""
+highest-priority registered backend that is available here). Instances
+belong to a `Session`; without one, each call makes a session of its own
+(a backend to ask `available()` or its name, freed when dropped)."""
 
 from __future__ import annotations
 
-from iron.core import registry, settings
+from iron.core import registry
 from iron.dispatch.backends import Backend
+from iron.dispatch.session import Session
 
 
 def backend_names() -> list[str]:
     return sorted(registry.backends())
 
 
-def get_backend(name: str | None = None) -> Backend:
-    """The backend `name`; None means ``IRON_BACKEND`` (default "auto")."""
-    if name is None:
-        name = settings.current().backend
-        if name != "auto" and name not in registry.backends():
-            raise KeyError(
-                f"IRON_BACKEND={name!r} is not a registered backend "
-                f"(registered: {', '.join(backend_names()) or 'none'}; or auto)"
-            )
-    return registry.backend(auto_choice()[0] if name == "auto" else name)
+def get_backend(name: str | None = None, session: Session | None = None) -> Backend:
+    """The backend `name` of `session` (default: a new one); None means
+    ``IRON_BACKEND`` (default "auto")."""
+    return (session or Session()).backend(name)
 
 
-def auto_choice() -> tuple[str, dict[str, str]]:
+def auto_choice(session: Session | None = None) -> tuple[str, dict[str, str]]:
     """(chosen name, why each better-ranked backend was passed over)."""
-    passed_over: dict[str, str] = {}
-    for entry in sorted(registry.backends().values(), key=lambda e: -e.priority):
-        ok, why = registry.backend(entry.name).available()
-        if ok:
-            return entry.name, passed_over
-        passed_over[entry.name] = why
-    raise RuntimeError(f"no backend is available here: {passed_over}")
+    return (session or Session()).auto_choice()

@@ -7,9 +7,16 @@
   NPU.
 - `elf(path)` reads a program (`iron.dispatch.program.Program` as JSON) in
   place of an ELF. Kernel models and host models are code, which a cache
-  entry never holds: the device takes them from its `library`, filled by
-  the process that compiled the program, and a context refuses a program
-  whose designs (by digest) or host models it was not given.
+  entry never holds: the device takes them from its `library` (one per
+  session). What the library lacks it rebuilds from the entry beside the
+  program (``operators.json``: each operator's registered class, its
+  parameters and device), so a cached program runs in any process; only a
+  class an installed plugin registers is imported, and a rebuilt design
+  must have the digest the program names. A context refuses a program
+  whose designs or host models the library has not.
+- Misuse is refused as XRT refuses it, naming the argument and the rule: a
+  sync direction that is neither of the two, a negative buffer size, a
+  sync outside the buffer, `set_arg` past the program's arguments.
 - A run executes the program step by step: a step with a design runs
   `iron.design.simulate` on the device-side bytes of its views, with its
   parameters read from the run's control scratchpad; a step without one
@@ -29,11 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from iron.alloc import align_up
-from iron.core import IN, OUT, as_dtype
+from iron.core import IN, OUT, Device, as_dtype, files, registry
 from iron.design import Design, simulate
 from iron.design.aiecc import ELF_KERNEL
+from iron.dispatch.cache import read_json
+from iron.dispatch.executable import kernel
 from iron.dispatch.image import PARAMETER_WORDS
-from iron.dispatch.program import Program
+from iron.dispatch.pipeline import OPERATORS
+from iron.dispatch.program import Program, step_design
 
 #: a trace record: the device block's name (UTF-8, zero-padded), the step's
 #: start and end in simulated ticks (one tick per 32-bit word moved to or
@@ -55,6 +65,11 @@ class SimBufferObject:
         return self.host.size
 
     def sync(self, direction: str, size: int, offset: int) -> None:
+        if direction not in (SimulatedXrt.TO_DEVICE, SimulatedXrt.FROM_DEVICE):
+            raise ValueError(
+                f"sync: direction {direction!r} is neither {SimulatedXrt.TO_DEVICE} nor "
+                f"{SimulatedXrt.FROM_DEVICE}"
+            )
         if offset < 0 or size < 0 or offset + size > self.host.size:
             raise ValueError(
                 f"sync of {size} B at offset {offset} is outside the {self.host.size}-byte buffer"
@@ -74,11 +89,44 @@ class Library:
         self.designs: dict[str, Design] = {}
         self.hosts: dict[str, Callable] = {}
 
+    def clear(self) -> None:
+        self.designs.clear()
+        self.hosts.clear()
+
+    def load(self, program: Program, entry: Path) -> None:
+        """Rebuild what `program` names and the library lacks from the
+        operator records of cache `entry` (see the module docstring)."""
+        wanted = [
+            (s.digest, True) if s.device is not None else (s.host, False)
+            for s in program.steps
+            if (s.digest not in self.designs if s.device is not None else s.host not in self.hosts)
+        ]
+        if not wanted:
+            return
+        try:
+            records = read_json(entry / OPERATORS)
+        except (OSError, ValueError) as error:
+            raise RuntimeError(
+                f"program {program.name}: its entry has no readable {OPERATORS} ({error})"
+            ) from None
+        for name, is_design in wanted:
+            op = _rebuilt(program.name, entry / OPERATORS, name, records.get(name))
+            if is_design:
+                design = step_design(op, f"program {program.name}")
+                if design is None or design.digest() != name:
+                    raise RuntimeError(
+                        f"program {program.name}: {type(op).__name__} builds another design "
+                        f"here than the {name[:12]} it was compiled with (its code changed)"
+                    )
+                self.designs[name] = design
+            else:
+                self.hosts[name] = kernel(op, use_device_model=True)
+
 
 class SimDevice:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, library: Library) -> None:
         self.index = index
-        self.library = Library()
+        self.library = library
 
 
 class SimContext:
@@ -102,6 +150,16 @@ class SimRun:
         self._views = None
 
     def set_arg(self, index: int, bo: SimBufferObject) -> None:
+        count = len(self.context.program.sizes)
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, (int, np.integer))
+            or not 0 <= index < count
+        ):
+            raise IndexError(
+                f"program {self.context.program.name}: set_arg index {index!r} is not one of its "
+                f"{count} arguments (0..{count - 1})"
+            )
         self.args[index] = bo
         self._views = None
 
@@ -167,6 +225,37 @@ class SimRun:
         return COMPLETED
 
 
+def _rebuilt(program: str, path: Path, name: str, record):
+    """The operator of an entry's record (in the file `path`), each field's
+    JSON type checked, its class found among the registered operators'
+    (never imported by a name from a file)."""
+    if record is None:
+        raise RuntimeError(f"program {program}: {path} has no operator record for {name}")
+    try:
+        files.expect(path, name, record, "an object")
+        target = files.expect(path, f"{name}.class", record.get("class"), "a string")
+        params = files.expect(path, f"{name}.params", record.get("params"), "an object")
+        device = files.expect(path, f"{name}.device", record.get("device"), "an array", "null")
+        if device is not None:
+            if len(device) != 2:
+                raise ValueError(f"{path}: {name}.device: an array of a name and columns")
+            files.expect(path, f"{name}.device[0]", device[0], "a string")
+            files.expect(path, f"{name}.device[1]", device[1], "an integer")
+    except ValueError as error:
+        raise RuntimeError(f"program {program}: {error}") from None
+    found = [e for e in registry.operators() if e.target == target]
+    if not found:
+        raise RuntimeError(
+            f"program {program}: its step's operator {target} is not one an installed plugin "
+            "registers, so this process cannot rebuild it (the process that compiled the "
+            "program can run it)"
+        )
+    op = found[0].load().from_data(params)
+    if device is not None:
+        op = op.resolve(Device.from_name(*device))
+    return op
+
+
 def _values(step, words) -> dict[str, int]:
     return {name: int(words[w]) if w >= 0 else c for name, w, c in step.params}
 
@@ -191,15 +280,22 @@ class SimulatedXrt:
     TO_DEVICE = "XCL_BO_SYNC_BO_TO_DEVICE"
     FROM_DEVICE = "XCL_BO_SYNC_BO_FROM_DEVICE"
 
-    def __init__(self, granule: int = 64) -> None:  # iron-core Device.coherence_granule
-        self.granule = granule
+    def __init__(self, granule: int = 64, library: Library | None = None) -> None:
+        self.granule = granule  # iron-core Device.coherence_granule
+        self.library = library if library is not None else Library()
         self._devices: dict[int, SimDevice] = {}
 
     def device(self, index: int = 0) -> SimDevice:
-        return self._devices.setdefault(index, SimDevice(index))
+        if index not in self._devices:
+            self._devices[index] = SimDevice(index, self.library)
+        return self._devices[index]
 
     def elf(self, path) -> Program:
-        return Program.from_json(Path(path).read_text())
+        """The program in `path`: a regular file (a FIFO or a device is
+        refused unopened) holding a program's JSON, each field checked."""
+        program = Program.from_json(files.read_bytes(path), str(path))
+        self.library.load(program, Path(path).parent)
+        return program
 
     def hw_context(self, device: SimDevice, elf: Program) -> SimContext:
         return SimContext(device, elf)
@@ -213,4 +309,6 @@ class SimulatedXrt:
         return SimRun(kernel)
 
     def bo(self, device: SimDevice, nbytes: int) -> SimBufferObject:
-        return SimBufferObject(max(1, nbytes), self.granule)
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+            raise ValueError(f"bo: nbytes must be an int >= 0, got {nbytes!r}")
+        return SimBufferObject(max(1, int(nbytes)), self.granule)  # XRT allocates at least a byte

@@ -1,26 +1,32 @@
-"""Llama 3.2 1B on IRON: the model as one IRON graph function (`Model`), the
-model files (config, safetensors checkpoint, tokenizer), a float32 reference
-oracle, a seeded sampler, accuracy and determinism checks, and synthetic
-checkpoints for tests and demos."""
+"""Llama 3.2 1B on IRON: the model as one IRON graph function (`Model`), its
+config, weight names and float32 reference oracle, and synthetic
+checkpoints for tests and demos. What every model app shares (the
+checkpoint reader, tokenizer, sampler, checks, metrics) is iron-lm's,
+re-exported here."""
 
-from iron.llama.checkpoint import Checkpoint, CheckpointError, SafetensorsFile, write_safetensors
-from iron.llama.checks import (
+from iron.llama.config import Llama3RopeScaling, LlamaConfig
+from iron.llama.graph import llama_graph
+from iron.llama.model import Model
+from iron.llama.reference import KVCache, Oracle, OracleModel, rope_inv_freq
+from iron.llama.synthetic import ensure_synthetic, make_synthetic
+from iron.llama.weights import LayerWeights, LlamaWeights
+from iron.lm import (
     AccuracyBounds,
     AccuracyReport,
     CausalLM,
+    Checkpoint,
+    CheckpointError,
+    ConfigError,
     DeterminismReport,
+    Metrics,
+    SafetensorsFile,
+    Sampler,
+    Tokenizer,
+    TokenizerError,
     check_accuracy,
     check_determinism,
+    write_safetensors,
 )
-from iron.llama.config import ConfigError, Llama3RopeScaling, LlamaConfig
-from iron.llama.graph import llama_graph
-from iron.llama.metrics import Metrics
-from iron.llama.model import Model
-from iron.llama.reference import KVCache, Oracle, OracleModel, rope_inv_freq
-from iron.llama.sampling import Sampler
-from iron.llama.synthetic import ensure_synthetic, make_synthetic
-from iron.llama.tokenizer import Tokenizer, TokenizerError
-from iron.llama.weights import LayerWeights, LlamaWeights
 
 __all__ = [
     "AccuracyBounds",

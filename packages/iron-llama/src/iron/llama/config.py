@@ -11,15 +11,16 @@ rather than silently ignored. Absent optional fields take transformers'
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iron.core.files import read_json
+from iron.lm.config import ConfigError, in_file, token_ids
+from iron.lm.config import is_number as _is_number
+from iron.lm.config import require as _require
 
-class ConfigError(ValueError):
-    """A config.json this package cannot run: the message names field, value and rule."""
+__all__ = ["ConfigError", "Llama3RopeScaling", "LlamaConfig"]
 
 
 @dataclass(frozen=True)
@@ -110,16 +111,10 @@ class LlamaConfig:
         for name in ("rms_norm_eps", "rope_theta"):
             value = getattr(self, name)
             _require(name, value, _is_number(value) and value > 0, "must be a positive number")
-        for name, token in [("bos_token_id", self.bos_token_id)] + [
-            ("eos_token_id", t) for t in self.eos_token_ids
-        ]:
-            _require(
-                name,
-                token,
-                token is None
-                or (isinstance(token, int) and not isinstance(token, bool) and token >= 0),
-                "must be a non-negative integer",
-            )
+        # inside the vocabulary: an id past it is caught here, naming the
+        # field, not by the first prefill after the weights are loaded
+        token_ids("bos_token_id", self.bos_token_id, self.vocab_size)
+        token_ids("eos_token_id", list(self.eos_token_ids), self.vocab_size)
 
     @property
     def parameter_count(self) -> int:
@@ -143,19 +138,12 @@ class LlamaConfig:
         if path.is_dir():
             path = path / "config.json"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path, ConfigError)  # a FIFO or a device is refused unopened
         except FileNotFoundError:
             raise ConfigError(
                 f"{path}: no such file (a model directory needs config.json)"
             ) from None
-        except OSError as error:
-            raise ConfigError(f"{path}: cannot read config.json: {error.strerror}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ConfigError(f"{path}: not valid JSON ({error})") from None
-        try:
-            return cls.from_dict(data)
-        except ConfigError as error:
-            raise ConfigError(f"{path}: {error}") from None
+        return in_file(path, lambda: cls.from_dict(data))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LlamaConfig:
@@ -191,7 +179,10 @@ class LlamaConfig:
             )
             head_dim = hidden // heads
         rope_theta, rope_scaling = _parse_rope(data)
-        eos = data.get("eos_token_id")
+        tied = data.get("tie_word_embeddings", False)
+        _require("tie_word_embeddings", tied, isinstance(tied, bool), "must be true or false")
+        bos = token_ids("bos_token_id", data.get("bos_token_id"))
+        _require("bos_token_id", data.get("bos_token_id"), len(bos) <= 1, "must be one token id")
         return cls(
             hidden_size=data["hidden_size"],
             num_hidden_layers=data["num_hidden_layers"],
@@ -203,10 +194,10 @@ class LlamaConfig:
             rms_norm_eps=data.get("rms_norm_eps", 1e-6),
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
-            tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+            tie_word_embeddings=tied,
             max_position_embeddings=data.get("max_position_embeddings", 2048),
-            bos_token_id=data.get("bos_token_id"),
-            eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,)),
+            bos_token_id=bos[0] if bos else None,
+            eos_token_ids=token_ids("eos_token_id", data.get("eos_token_id")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -238,15 +229,6 @@ class LlamaConfig:
             else self.eos_token_ids[0],
             "torch_dtype": "bfloat16",
         }
-
-
-def _require(field: str, value: Any, ok: bool, rule: str) -> None:
-    if not ok:
-        raise ConfigError(f"{field}={value!r}: {rule}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _refuse_unsupported(data: dict[str, Any]) -> None:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from iron.llama.checkpoint import Checkpoint
 from iron.llama.config import Llama3RopeScaling, LlamaConfig
 from iron.llama.weights import LayerWeights, LlamaWeights
+from iron.lm.checkpoint import Checkpoint
 
 _HEAD_ROWS = 16384  # vocabulary rows upcast at once for the output head (128 MiB at hidden 2048)
 

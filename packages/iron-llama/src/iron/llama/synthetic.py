@@ -3,35 +3,42 @@
 `make_synthetic(dir)` writes config.json (llama3 RoPE scaling, grouped-query
 attention, tied embeddings), model.safetensors (bf16, random from the seed)
 and tokenizer.json (a byte-level BPE trained with `tokenizers` on the text
-bundled in this package). Same arguments, same bytes. The weights carry no
-knowledge: generated text is fluent only at the byte level.
+bundled with iron-lm). Same arguments, same bytes. The weights carry no
+knowledge: generated text is fluent only at the byte level. The writing
+itself (private folder, lock, rename) is iron-lm's `write_model_dir`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import tempfile
-import zlib
-from collections.abc import Callable, Iterator
-from importlib import resources
+from collections.abc import Callable
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import tokenizers
-from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
-from iron.llama.checkpoint import Checkpoint, LazyTensor, write_safetensors
 from iron.llama.config import Llama3RopeScaling, LlamaConfig
 from iron.llama.weights import LlamaWeights
+from iron.lm.checkpoint import LazyTensor
+from iron.lm.synthetic import (
+    corpus,
+    holds_recipe,
+    locked,
+    normal_tensor,
+    recipe_metadata,
+    write_model_dir,
+)
+from iron.lm.synthetic import train_tokenizer as train_bpe
 
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks; writes stay private and atomic
-    fcntl = None
+__all__ = [
+    "PRESETS",
+    "corpus",
+    "ensure_synthetic",
+    "make_synthetic",
+    "synthetic_config",
+    "synthetic_tensors",
+    "train_tokenizer",
+]
 
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 TOKENIZER_VOCAB = 512
@@ -57,36 +64,12 @@ PRESETS: dict[str, dict[str, int]] = {
         vocab_size=128256,
     ),
 }
-_CHUNK_ELEMENTS = 1 << 24  # random numbers drawn (and held in float32) at once: 64 MiB
-
-
-def corpus() -> str:
-    """The text bundled with the package (tokenizer training data, demo prompts)."""
-    return resources.files("iron.llama").joinpath("data/corpus.txt").read_text(encoding="utf-8")
 
 
 def train_tokenizer(vocab_size: int = TOKENIZER_VOCAB) -> tokenizers.Tokenizer:
     """A byte-level BPE of exactly `vocab_size` tokens (ids 0 and 1 are BOS and
-    EOS) trained on `corpus()`; its encode adds BOS, like Llama 3's."""
-    tokenizer = tokenizers.Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[BOS, EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(corpus().splitlines(keepends=True), trainer)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", special_tokens=[(BOS, tokenizer.token_to_id(BOS))]
-    )
-    if tokenizer.get_vocab_size() != vocab_size:
-        raise RuntimeError(
-            f"train_tokenizer: the corpus yields {tokenizer.get_vocab_size()} tokens, "
-            f"not the {vocab_size} asked for"
-        )
-    return tokenizer
+    EOS) trained on iron-lm's bundled text; its encode adds BOS, like Llama 3's."""
+    return train_bpe(vocab_size, [BOS, EOS], bos=BOS)
 
 
 def synthetic_config(preset: str = "tiny", layers: int | None = None) -> LlamaConfig:
@@ -131,23 +114,8 @@ def synthetic_tensors(config: LlamaConfig, seed: int = 0) -> dict[str, LazyTenso
             mean, std = 0.0, 4.0 / np.sqrt(shape[1])
         else:
             mean, std = 0.0, 1.0 / np.sqrt(shape[1])
-        tensors[name] = LazyTensor(
-            np.dtype(ml_dtypes.bfloat16), shape, _normal(name, shape, mean, std, seed)
-        )
+        tensors[name] = normal_tensor(name, shape, mean, std, seed)
     return tensors
-
-
-def _normal(
-    name: str, shape: tuple[int, ...], mean: float, std: float, seed: int
-) -> Callable[[], Iterator[np.ndarray]]:
-    def chunks() -> Iterator[np.ndarray]:
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        total = int(np.prod(shape))
-        for start in range(0, total, _CHUNK_ELEMENTS):
-            draw = rng.standard_normal(min(_CHUNK_ELEMENTS, total - start), dtype=np.float32)
-            yield (draw * np.float32(std) + np.float32(mean)).astype(ml_dtypes.bfloat16)
-
-    return chunks
 
 
 def make_synthetic(
@@ -171,83 +139,18 @@ def make_synthetic(
         raise ValueError(f"make_synthetic: seed={seed!r} must be a non-negative integer")
     config = synthetic_config(preset, layers)
     directory = Path(directory)
-    with _locked(directory):
-        _write_synthetic(directory, config, preset, layers, seed, progress)
+    with locked(directory):
+        _write(directory, config, preset, layers, seed, progress)
     return directory
 
 
-_FILES = ("config.json", "tokenizer.json", "model.safetensors")
-
-
-def _write_synthetic(directory, config, preset, layers, seed, progress) -> None:
-    if directory.exists():
-        if not directory.is_dir():
-            raise ValueError(f"make_synthetic: {directory} is a file, not a directory")
-        foreign = sorted(p.name for p in directory.iterdir() if p.name not in _FILES)
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            raise ValueError(
-                f"make_synthetic: {directory} holds files it did not write ({shown}); "
-                "give a new or empty directory, or one holding only a synthetic model"
-            )
-        if _holds_a_real_model(directory):
-            raise ValueError(
-                f"make_synthetic: {directory / 'model.safetensors'} is not a synthetic model "
-                "(no iron.synthetic metadata); it is left alone: give another directory"
-            )
-    work = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-    try:
-        _write_text(work / "tokenizer.json", train_tokenizer().to_str(pretty=True))
-        write_safetensors(
-            work / "model.safetensors",
-            synthetic_tensors(config, seed),
-            metadata=_metadata(preset, layers, seed),
-            progress=progress,
-        )
-        _write_text(work / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
-        if directory.exists():
-            # two renames: the old model is whole until the new one is in place
-            aside = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
-            os.replace(directory, aside / directory.name)
-            os.replace(work, directory)
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            os.replace(work, directory)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _holds_a_real_model(directory: Path) -> bool:
-    """Whether `directory` holds a readable checkpoint that this module did
-    not write (an unreadable one is no model to keep)."""
-    try:
-        with Checkpoint.open(directory) as checkpoint:
-            return any("iron.synthetic" not in f.metadata for f in checkpoint.files)
-    except (ValueError, OSError):
-        return False
-
-
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """Hold `.NAME.lock` beside `directory` (one writer at a time; a second
-    waits), and clear what a killed writer left there (its private folders)."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    with open(directory.parent / f".{directory.name}.lock", "a+b") as lock:
-        if fcntl is not None:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        for kind in ("tmp", "old"):
-            for stale in directory.parent.glob(f".{directory.name}.{kind}-*"):
-                shutil.rmtree(stale, ignore_errors=True)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _metadata(preset: str, layers: int | None, seed: int) -> dict[str, str]:
-    recipe = {"preset": preset, "layers": layers, "seed": seed}
-    return {"format": "pt", "iron.synthetic": json.dumps(recipe, sort_keys=True)}
+def _write(directory: Path, config: LlamaConfig, preset, layers, seed, progress) -> None:
+    texts = {
+        "tokenizer.json": train_tokenizer().to_str(pretty=True),
+        "config.json": json.dumps(config.to_dict(), indent=2) + "\n",
+    }
+    metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
+    write_model_dir(directory, texts, synthetic_tensors(config, seed), metadata, progress)
 
 
 def ensure_synthetic(
@@ -262,29 +165,16 @@ def ensure_synthetic(
     another recipe. Returns whether it was written."""
     directory = Path(directory)
     config = synthetic_config(preset, layers)
-    with _locked(directory):  # a second first run waits, then finds the model written
+    metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
+    with locked(directory):  # a second first run waits, then finds the model written
         try:
-            # opening validates every header entry against the file's size
-            with Checkpoint.open(directory) as checkpoint:
-                complete = (
-                    LlamaConfig.from_file(directory) == config
-                    and (directory / "tokenizer.json").is_file()
-                    and len(checkpoint.files) == 1
-                    and checkpoint.files[0].metadata == _metadata(preset, layers, seed)
-                    and set(checkpoint) == set(LlamaWeights.expected_shapes(config))
-                )
+            complete = (
+                (directory / "tokenizer.json").is_file()
+                and LlamaConfig.from_file(directory) == config
+                and holds_recipe(directory, metadata, LlamaWeights.expected_shapes(config))
+            )
         except (ValueError, OSError):
             complete = False
         if not complete:
-            _write_synthetic(directory, config, preset, layers, seed, progress)
+            _write(directory, config, preset, layers, seed, progress)
     return not complete
-
-
-def _write_text(path: Path, text: str) -> None:
-    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with open(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(partial, path)
-    finally:
-        Path(partial).unlink(missing_ok=True)

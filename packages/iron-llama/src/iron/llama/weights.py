@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iron.llama.checkpoint import DTYPES, Checkpoint, CheckpointError
 from iron.llama.config import LlamaConfig
+from iron.lm.checkpoint import DTYPES, Checkpoint, CheckpointError
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 _WEIGHT_DTYPES = {DTYPES[name] for name in ("F16", "BF16", "F32", "F64")}

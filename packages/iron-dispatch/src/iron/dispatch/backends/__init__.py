@@ -2,10 +2,11 @@
 
 `Backend` is the protocol a backend follows and what the
 `iron_register_backends` hook registers (by a factory: a class or function
-that takes no argument). IRON's own backends are `reference`, `sim` and
-`npu` (one module each here); they share `CompilingBackend`, which compiles
-through the compile cache. A third-party backend may use it too, or
-implement the protocol from scratch.
+called with the `iron.dispatch.Session` that owns the instance). IRON's own
+backends are `reference`, `cpu`, `sim` and `npu` (one module each here);
+they share `CompilingBackend`, which compiles through the session's compile
+cache. A third-party backend may use it too, or implement the protocol from
+scratch.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class Backend(Protocol):
     """What a backend is. `name` is its registered name; `unified` says
     whether host and device share one set of bytes (the caller allocates
     the buffers `load` takes with it, `iron.dispatch.executable.allocate`);
-    `modes` are the dispatch modes of `MODES` it runs."""
+    `modes` are the dispatch modes of `MODES` it runs. An instance belongs
+    to one session, which closes it."""
 
     name: str
     unified: bool
@@ -96,6 +98,10 @@ class Backend(Protocol):
         judges tolerances for; `poison` fills transients and outputs with NaN
         bytes before every run."""
 
+    def close(self) -> None:
+        """Release what the instance holds (device handles, loaded code); its
+        session calls it once, on closing, and uses the instance no more."""
+
 
 class CompilingBackend:
     """What IRON's backends share: `compile` checks the mode and
@@ -106,7 +112,8 @@ class CompilingBackend:
     parameter scratchpad's words, None for no limit), `device_programs`
     (plan device programs from designs) and define `load`, and `toolchain()`
     where aiecc compiles the programs; `hits` and `misses` count cache
-    lookups."""
+    lookups. Made with the session that owns it: its compile cache and its
+    source digests key every image."""
 
     name = "backend"
     unified = False
@@ -114,12 +121,16 @@ class CompilingBackend:
     max_words: int | None = None
     device_programs = False
 
-    def __init__(self, cache: CompileCache | None = None) -> None:
-        self.cache = cache
+    def __init__(self, session) -> None:
+        self.cache: CompileCache = session.cache
+        self.sources = session.sources
         self.hits = self.misses = 0
 
     def available(self) -> tuple[bool, str]:
         return True, "always"
+
+    def close(self) -> None:
+        """Nothing held beyond the session's own resources."""
 
     def check_mode(self, mode: str) -> None:
         if mode not in self.modes:
@@ -160,8 +171,8 @@ class CompilingBackend:
             "device": runlist.device.key if runlist.device else None,
             "toolchain": toolchain,
         }
-        key = digest(key_text(runlist, layout, parts))
-        cache = self.cache or CompileCache()
+        key = digest(key_text(runlist, layout, parts, self.sources))
+        cache = self.cache
         started = time.perf_counter()
         image = self.build(runlist, layout, mode, flags, trace_size)
         entry, hit = cache.get_or_build(

@@ -19,8 +19,12 @@ class NpuBackend(CompilingBackend):
     max_words = PARAMETER_WORDS
     device_programs = True
 
-    def __init__(self, cache=None) -> None:
-        super().__init__(cache)
+    def __init__(self, session) -> None:
+        super().__init__(session)
+        self._xrt = None
+
+    def close(self) -> None:
+        """Drop the pyxrt handle (its device and contexts go with the executables)."""
         self._xrt = None
 
     def available(self) -> tuple[bool, str]:

@@ -21,13 +21,13 @@ class SimBackend(CompilingBackend):
     max_words = PARAMETER_WORDS
     device_programs = True
 
-    def __init__(self, cache=None) -> None:
-        super().__init__(cache)
-        self.xrt = SimulatedXrt()
+    def __init__(self, session) -> None:
+        super().__init__(session)
+        self.xrt = SimulatedXrt(library=session.library)
 
     def load(self, image, buffers, *, device=None, poison=False) -> XrtExecutable:
         self.check_mode(image.mode)
-        library = self.xrt.device(0).library
+        library = self.xrt.library
         library.designs.update(image.designs)
         for program in image.programs:
             for step in program.steps:

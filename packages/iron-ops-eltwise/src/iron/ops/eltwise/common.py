@@ -40,10 +40,9 @@ LINE_CAP = 4096
 ROW_CAP = 8192
 #: cores per column: a shim tile has two DMA channels each way
 MAX_CHANNELS = 2
-#: mlir-aie's runtime-sized activation kernels (tanh, sigmoid, gelu_bf16_size,
-#: silu_bf16_size) step 32 bf16 per iteration and load whole vectors, so a line
-#: must be a multiple of 32 (`_RUNTIME_SIZED_LOOPS` in aie.iron.kernels.activation)
-ACTIVATION_STEP = 32
+#: the sized activation kernels (kernels/{aie2,aie2p}/activation.cc) walk whole
+#: 16-lane vectors, so a line is a multiple of 16
+ACTIVATION_STEP = 16
 
 # ---- shim buffer descriptor limits (AIEX verifyStridesWraps, BdLowering.h) -----------
 
@@ -255,9 +254,10 @@ class Unary(Elementwise):
 
 @attrs.frozen
 class Activation(Unary):
-    """A unary operator whose core runs one of mlir-aie's runtime-sized
-    activation kernels: its lines are whole iterations of the kernel's loop.
-    A subclass names its kernel in `kernel_name` ("gelu", "silu"...)."""
+    """A unary operator whose core runs one of the activation kernels (see
+    `iron.ops.eltwise.line_kernels.activation_kernel`): its lines are whole
+    vectors of the kernel. A subclass names its kernel in `kernel_name`
+    ("gelu", "silu"...)."""
 
     kernel_name = ""
 
@@ -283,8 +283,8 @@ class Activation(Unary):
             self,
             "tile_size",
             self.tile_size is None or self.tile_size % ACTIVATION_STEP == 0,
-            f"a multiple of {ACTIVATION_STEP} (the activation kernel's loop steps "
-            f"{ACTIVATION_STEP} elements and loads whole vectors)",
+            f"a multiple of {ACTIVATION_STEP} (the activation kernels walk whole "
+            f"{ACTIVATION_STEP}-lane vectors)",
         )
 
 

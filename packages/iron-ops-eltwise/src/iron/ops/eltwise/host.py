@@ -21,15 +21,7 @@ share (`widen`, `to_bf16`, `bits16`). Compiled code is cached on disk (numba's
 
 from __future__ import annotations
 
-import os
 import time
-
-# idle OpenMP workers sleep at once instead of spinning: on a shared host a
-# spinning worker is descheduled and each parallel launch then waits a
-# scheduler quantum for it (47 ms median per launch measured on a busy
-# 2-core host, 16 us passive). Read when numba first loads its OpenMP pool,
-# which may be under any host kernel module: each sets it before numba loads.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numpy as np
 from llvmlite import ir

@@ -1,31 +1,31 @@
 """The core kernels the streaming designs link, each with a numpy model of
 its arithmetic: bf16 in, float32 inside, a rounding to bf16 wherever the C++
-stores a bf16 value. A model writes its output view in place, as the kernel
-does (`iron.design.Kernel`).
+stores a bf16 value (to nearest even: our kernels set the mode, and the
+designs set it before mlir-aie's). A model writes its output view in place,
+as the kernel does (`iron.design.Kernel`). Every kernel is listed in
+``kernels/manifest.json`` (`iron.design.manifest`).
 
 Two sources:
 
-- mlir-aie's `aie_kernels/{aie2,aie2p}` tree (Xilinx/mlir-aie, 2026): `eltwise_add_bf16_vector` (add.cc), `eltwise_mul_bf16_vector`
-  (mul.cc) and `bf16_relu` (relu.cc) bake 1024 elements into their loop, so
-  they serve 1024-element lines only; `tanh_bf16`, `sigmoid_bf16`,
-  `gelu_bf16_size` and `silu_bf16_size` take the element count at run time
-  and step 32 elements (`aie.iron.kernels.activation._RUNTIME_SIZED_LOOPS`).
-  On aie2 the four activations read mlir-aie's tanh lookup table
-  (`aie_runtime_lib/AIE2/lut_based_ops`), modelled here table and all; on
-  aie2p they use the native `aie::tanh`, modelled as float32 tanh rounded to
-  bf16. Either way the models keep every bf16 step of the C++ around it.
-  Newer mlir-aie trees add sized add, mul and relu variants
-  (`eltwise_mul_bf16_vector_size`, `relu_bf16_size` in aie2p), which could
-  replace ours once iron-design's pin moves.
-- `kernels/eltwise.cc`, shipped with this package: sized lines (any even
-  count) of add, mul, ReLU, AXPY, LeakyReLU, Clamp and the unsigned int4
-  dequant, which mlir-aie either lacks or fixes at 1024 elements (its
-  `expand_int4_to_bfloat16` also reads signed codes). Float scalars reach
-  them as the int32 bits of a float32, because a design passes kernel
-  scalars as integers.
+- mlir-aie's kernel tree at iron-design's pin: `eltwise_add_bf16_vector`
+  (aie2/add.cc), `eltwise_mul_bf16_vector` (aie2/mul.cc), `bf16_relu`
+  (aie2/relu.cc), `silu_bf16` (aie2/silu.cc, aie2p/silu.cc) and `gelu_bf16`
+  (aie2/gelu.cc, aie2p/gelu.cc) bake 1024 elements into their loops, so they
+  serve 1024-element lines only. The pin has no aie2p add.cc, mul.cc or
+  relu.cc: npu2 builds aie2's file, as mlir-aie's own factories do
+  (`_kernel_source` in python/iron/kernels/_common.py falls back from the
+  aie2p directory to aie2's when a file is absent there).
+- ours (kernels/): `eltwise.cc`, sized lines of add, mul, ReLU, AXPY,
+  LeakyReLU, Clamp and the unsigned int4 dequant, for both generations;
+  `{aie2,aie2p}/activation.cc`, the sized tanh, sigmoid, SiLU and GELU the
+  pin lacks (it has no tanh.cc or sigmoid.cc, and its silu and gelu are
+  fixed at 1024). On aie2 tanh is mlir-aie's lookup table
+  (`iron.design.lut_based_ops.tanh_bf16`, modelled table and all); on aie2p
+  the native `aie::tanh`, modelled as float32 tanh rounded to bf16 (its
+  own error is not published; the aie2p tolerance covers it).
 
-Where the C++ converts a float accumulator to bf16, the models round to
-nearest even; the operators' tolerances also cover a core that truncates.
+Float scalars reach our kernels as the int32 bits of a float32, because a
+design passes kernel scalars as integers.
 """
 
 from __future__ import annotations
@@ -35,12 +35,23 @@ import functools
 import numpy as np
 
 from iron.core import bf16
-from iron.design import Kernel, Memref, Scalar, aie_kernels, aie_runtime_lib, shipped
+from iron.design import (
+    Call,
+    Kernel,
+    Memref,
+    Scalar,
+    aie_kernels,
+    aie_runtime_lib,
+    shipped,
+)
+from iron.design.lut_based_ops import tanh_bf16 as tanh_lut
 
-#: the one line length mlir-aie's add, mul and relu kernels accept (the
-#: loop bound is compiled in: add.cc, mul.cc, relu.cc; `aie.iron.kernels.eltwise`)
+#: the one line length mlir-aie's add, mul, relu, silu and gelu kernels
+#: accept (the loop bound is compiled in)
 FIXED_LINE = 1024
 SHIPPED = shipped("iron.ops.eltwise", "kernels/eltwise.cc")
+#: our helpers (kernels/rows.cc): setting the rounding mode, masking a row's tail
+ROW_HELPERS = shipped("iron.ops.eltwise", "kernels/rows.cc")
 
 
 def _round(x) -> np.ndarray:
@@ -62,56 +73,33 @@ def bits_float(bits: int) -> np.float32:
     return np.array(bits, dtype=np.int32).view(np.float32)[()]
 
 
-# ---- mlir-aie's aie2 tanh lookup table -------------------------------------------------
-
-#: (slope, offset) of tanh on each quarter of [0, 4), as bf16 values, read
-#: from mlir-aie `aie_runtime_lib/AIE2/lut_based_ops.cpp` (tanh_lut_ab); the
-#: table there holds both halves, the negative one mirrored (odd symmetry)
-_TANH_POSITIVE = (
-    (1.0, 0.0),
-    (0.8671875, 0.03076171875),
-    (0.69140625, 0.11962890625),
-    (0.50390625, 0.259765625),
-    (0.34765625, 0.416015625),
-    (0.2294921875, 0.5625),
-    (0.1455078125, 0.6875),
-    (0.091796875, 0.78125),
-    (0.056396484375, 0.8515625),
-    (0.035400390625, 0.8984375),
-    (0.021240234375, 0.93359375),
-    (0.0126953125, 0.95703125),
-    (0.00750732421875, 0.97265625),
-    (0.005096435546875, 0.98046875),
-    (0.002838134765625, 0.98828125),
-    (0.0, 1.0),
-)
-_TANH_SLOPE = np.array(
-    [s for s, _ in reversed(_TANH_POSITIVE)] + [s for s, _ in _TANH_POSITIVE], np.float32
-)
-_TANH_OFFSET = np.array(
-    [-o for _, o in reversed(_TANH_POSITIVE)] + [o for _, o in _TANH_POSITIVE], np.float32
-)
+def set_rounding_model() -> None:
+    """iron_set_rounding_conv_even moves no data; the models round as it sets."""
 
 
-def tanh_lut(x: np.ndarray) -> np.ndarray:
-    """`getTanhBf16`: aie::linear_approx over 32 segments of width 1/4 on
-    [-4, 4] (step_bits -2, bias 16), the index floored and saturated at both
-    ends, slope * x + offset in the float accumulator, stored as bf16."""
-    x = _f32(x)
-    with np.errstate(invalid="ignore"):
-        index = np.clip(np.floor(x * np.float32(4)), -16, 15).astype(np.int64) + 16
-    index = np.where(np.isnan(x), 16, index)
-    return _round(_TANH_SLOPE[index] * x + _TANH_OFFSET[index])
+#: iron_set_rounding_conv_even(): every later float -> bf16 conversion on the
+#: core rounds to nearest even (a core boots in floor; mlir-aie's kernels
+#: never set the mode, so a design calls this before them)
+SET_ROUNDING = Kernel("iron_set_rounding_conv_even", (), ROW_HELPERS, set_rounding_model)
 
 
-# ---- models ------------------------------------------------------------------------------
+def rounding_prologue(kernel: Kernel) -> tuple[Call, ...]:
+    """The calls a design makes before `kernel`: conv_even before an
+    mlir-aie kernel, nothing before ours (they set it themselves)."""
+    return (Call(SET_ROUNDING, ()),) if kernel.source.package is None else ()
+
+
+# ---- models of eltwise.cc (and of mlir-aie's add, mul and relu) ----------------------
 
 
 def add_model(a, b, y, n=FIXED_LINE):
+    """float32 sum, one rounding (add.cc: aie::add of bf16 vectors; ours:
+    the sum in the float32 accumulator)."""
     y[:n] = (_f32(a[:n]) + _f32(b[:n])).astype(bf16)
 
 
 def mul_model(a, b, y, n=FIXED_LINE):
+    """The exact product, one rounding."""
     y[:n] = (_f32(a[:n]) * _f32(b[:n])).astype(bf16)
 
 
@@ -120,6 +108,9 @@ def relu_model(x, y, n=FIXED_LINE):
 
 
 def axpy_model(x, y, out, n, factor_bits):
+    """factor * x rounded once to float32 (the factor's three bf16 parts
+    multiply-accumulated: the first two products sum exactly), + y in
+    float32, one rounding to bf16."""
     factor = bits_float(factor_bits)
     out[:n] = (factor * _f32(x[:n]) + _f32(y[:n])).astype(bf16)
 
@@ -130,12 +121,15 @@ def leaky_relu_model(x, y, n, alpha_bits):
 
 
 def clamp_model(x, y, n, lo_bits, hi_bits):
+    """min(max(x, bf16(lo)), bf16(hi)): for a bf16 x the bf16 of the float32
+    clip, since no bf16 lies between a bound and its rounding."""
     y[:n] = np.clip(_f32(x[:n]), bits_float(lo_bits), bits_float(hi_bits)).astype(bf16)
 
 
 def dequant_model(packed, y, n, group):
     """One tile: n/2 bytes of codes (element 2k low nibble), then n/group
-    little-endian bf16 scales; code * scale is exact in float32."""
+    little-endian bf16 scales; code * scale is exact in float32 (the kernel's
+    (128 + code) * scale - 128 * scale too), rounded once."""
     codes_bytes = packed[: n // 2]
     codes = np.stack([codes_bytes & 0x0F, codes_bytes >> 4], axis=-1).reshape(n)
     scales = np.ascontiguousarray(packed[n // 2 : n // 2 + n // group * 2]).view("<u2")
@@ -143,61 +137,82 @@ def dequant_model(packed, y, n, group):
     y[:n] = (codes.reshape(-1, group).astype(np.float32) * scale[:, None]).reshape(n).astype(bf16)
 
 
-def tanh_native(x) -> np.ndarray:
-    """aie2p's `aie::tanh<bfloat16>` on float lanes, stored as bf16; its own
-    approximation error is not modelled (the aie2p tolerance covers it)."""
-    return _round(np.tanh(_f32(x)))
+# ---- models of the activations ---------------------------------------------------------
+
+
+def tanh_native(z) -> np.ndarray:
+    """aie2p's `aie::tanh<bfloat16>` of float32 lanes: float32 tanh rounded to
+    bf16 (its own approximation error is not published)."""
+    return _round(np.tanh(_f32(z)))
 
 
 def _tanh_of(arch: str):
-    return tanh_lut if arch == "aie2" else tanh_native
-
-
-def tanh_model(x, y, n, arch):
-    y[:n] = _tanh_of(arch)(x[:n]).astype(bf16)
+    """The generation's tanh of float32 lanes, as float32 holding a bf16:
+    aie2 rounds the argument to bf16 for its table."""
+    if arch == "aie2":
+        return lambda z: _f32(tanh_lut(_round(z)))
+    return tanh_native
 
 
 _HALF = np.float32(0.5)
+#: activation.h: gelu's tanh argument is x (a + b x^2)
+GELU_A = np.float32(0.7978845608)
+GELU_B = np.float32(0.03564453125)  # sqrt(2/pi) 0.044715, as a bf16
+
+
+def tanh_model(x, y, n, arch):
+    """iron_tanh_bf16 (activation.h tanh_line)."""
+    y[:n] = _tanh_of(arch)(_f32(x[:n])).astype(bf16)
 
 
 def sigmoid_model(x, y, n, arch):
-    """sigmoid.cc (both trees): 0.5 * (1 + tanh(x / 2)), the tanh, 1 + tanh
-    and the result each stored as bf16."""
+    """iron_sigmoid_bf16 (activation.h sigmoid_line): t = tanh(x / 2), then
+    0.5 + 0.5 t (exact in float32) rounded once."""
     t = _tanh_of(arch)(_f32(x[:n]) * _HALF)
-    y[:n] = (_round(t + 1) * _HALF).astype(bf16)
+    y[:n] = (_HALF + _HALF * t).astype(bf16)
 
 
 def silu_model(x, y, n, arch):
-    """silu.cc: the sigmoid 0.5 + 0.5 tanh(x / 2) in one multiply-add,
-    stored as bf16, then max(x, -8) times it (the aie2p form taken is the
-    native-tanh one)."""
+    """iron_silu_bf16 (activation.h silu_line): h = x / 2 as bf16,
+    t = tanh(h); h t + h rounded once to float32, then to bf16."""
+    h = _round(_f32(x[:n]) * _HALF)
+    y[:n] = (h * _tanh_of(arch)(h) + h).astype(bf16)
+
+
+def gelu_model(x, y, n, arch):
+    """iron_gelu_bf16 (activation.h gelu_line): x^2 rounded to bf16,
+    q = a + b x^2 rounded to bf16, t = tanh(x q), then h t + h with h = x / 2."""
     v = _f32(x[:n])
-    gate = _round(_HALF + _tanh_of(arch)(v * _HALF) * _HALF)
-    y[:n] = (np.maximum(v, np.float32(-8)) * gate).astype(bf16)
+    q = _round(_round(v * v) * GELU_B + GELU_A)
+    t = _tanh_of(arch)(v * q)
+    h = _round(v * _HALF)
+    y[:n] = (h * t + h).astype(bf16)
 
 
 _BETA = _round(0.044715)
 _SQRT_2_OVER_PI = _round(0.79788456)
-#: aie2p gelu.cc folds beta into sqrt(2/pi): a bf16 times a float, stored as bf16
-_SQRT_2_OVER_PI_BETA = _round(_SQRT_2_OVER_PI * np.float32(0.044715))
 
 
-def gelu_model(x, y, n, arch):
-    """gelu.cc, tanh form. aie2: x^2, x^3, 0.044715 x^3, x + that, times
-    sqrt(2/pi), the table's tanh, 1 + tanh and 0.5 (1 + tanh) each stored as
-    bf16, then times x. aie2p: x^2 and (sqrt(2/pi) 0.044715) x stored as bf16,
-    inner = sqrt(2/pi) x + that product in the float accumulator, the native
-    tanh, then 0.5 x + tanh * bf16(0.5 x) in one multiply-add."""
-    v = _f32(x[:n])
-    if arch == "aie2":
-        cube = _round(v * _round(v * v))
-        inner = _round(_round(v + _round(cube * _BETA)) * _SQRT_2_OVER_PI)
-        half = _round(_round(tanh_lut(inner) + 1) * _HALF)
-        y[:n] = (v * half).astype(bf16)
-    else:
-        inner = v * _SQRT_2_OVER_PI + _round(v * _SQRT_2_OVER_PI_BETA) * _round(v * v)
-        half_x = v * _HALF
-        y[:n] = (half_x + tanh_native(inner) * _round(half_x)).astype(bf16)
+def pinned_silu_model(x, y, arch):
+    """mlir-aie `silu_bf16` (aie2/silu.cc, aie2p/silu.cc, 1024 elements):
+    tanh(x / 2) as bf16, 1 + tanh as bf16, times 0.5 (exact), then x times
+    that, rounded once."""
+    v = _f32(x[:FIXED_LINE])
+    one_plus = _round(_tanh_of(arch)(v * _HALF) + np.float32(1))
+    y[:FIXED_LINE] = (v * (one_plus * _HALF)).astype(bf16)
+
+
+def pinned_gelu_model(x, y, arch):
+    """mlir-aie `gelu_bf16` (aie2/gelu.cc, aie2p/gelu.cc, 1024 elements):
+    x^2, x^3, 0.044715 x^3 and x + that each as bf16 (the constants bf16);
+    times sqrt(2/pi), as bf16 on aie2 (the table reads bf16), float32 on
+    aie2p; tanh; 1 + tanh as bf16; times 0.5 (exact); then x times that,
+    rounded once."""
+    v = _f32(x[:FIXED_LINE])
+    cube = _round(v * _round(v * v))
+    inner = _round(v + _round(cube * _BETA)) * _SQRT_2_OVER_PI
+    one_plus = _round(_tanh_of(arch)(inner) + np.float32(1))
+    y[:FIXED_LINE] = (v * (one_plus * _HALF)).astype(bf16)
 
 
 # ---- kernels -------------------------------------------------------------------------------
@@ -207,13 +222,18 @@ def _line(n: int, dtype: str = "bf16") -> Memref:
     return Memref((n,), dtype)
 
 
+#: the aie2 file mlir-aie builds for aie2p too, where its aie2p directory has none
+#: (`_kernel_source`, python/iron/kernels/_common.py)
+_FALLBACK = "aie2"
+
+
 def binary_kernel(op: str, tile: int) -> Kernel:
     """add or mul of two lines: mlir-aie's for 1024-element lines, ours otherwise."""
     model = {"add": add_model, "mul": mul_model}[op]
     line = _line(tile)
     if tile == FIXED_LINE:
         return Kernel(
-            f"eltwise_{op}_bf16_vector", (line,) * 3, aie_kernels(f"{{arch}}/{op}.cc"), model
+            f"eltwise_{op}_bf16_vector", (line,) * 3, aie_kernels(f"{_FALLBACK}/{op}.cc"), model
         )
     return Kernel(f"iron_{op}_bf16", (line,) * 3 + (Scalar("i32"),), SHIPPED, model)
 
@@ -222,7 +242,7 @@ def relu_kernel(tile: int) -> Kernel:
     """max(x, 0) of a line: mlir-aie's for 1024-element lines, ours otherwise."""
     line = _line(tile)
     if tile == FIXED_LINE:
-        return Kernel("bf16_relu", (line, line), aie_kernels("{arch}/relu.cc"), relu_model)
+        return Kernel("bf16_relu", (line, line), aie_kernels(f"{_FALLBACK}/relu.cc"), relu_model)
     return Kernel("iron_relu_bf16", (line, line, Scalar("i32")), SHIPPED, relu_model)
 
 
@@ -244,35 +264,45 @@ def dequant_kernel(tile: int, tile_bytes: int) -> Kernel:
     )
 
 
-#: activation -> (mlir-aie symbol, file, model)
+#: activation -> (our model, mlir-aie's 1024-element kernel and its model, if any)
 ACTIVATIONS = {
-    "tanh": ("tanh_bf16", "tanh.cc", tanh_model),
-    "sigmoid": ("sigmoid_bf16", "sigmoid.cc", sigmoid_model),
-    "silu": ("silu_bf16_size", "silu.cc", silu_model),
-    "gelu": ("gelu_bf16_size", "gelu.cc", gelu_model),
+    "tanh": (tanh_model, None),
+    "sigmoid": (sigmoid_model, None),
+    "silu": (silu_model, ("silu_bf16", "silu.cc", pinned_silu_model)),
+    "gelu": (gelu_model, ("gelu_bf16", "gelu.cc", pinned_gelu_model)),
 }
 
 
-#: aie2's activations read tanh through `getTanhBf16` (``lut_based_ops.h``),
-#: whose tables ``lut_based_ops.cpp`` defines: the object needs both, as
-#: mlir-aie's own activation examples build it
-AIE2_TANH_TABLES = {
-    "extra_sources": (aie_runtime_lib("{ARCH}/lut_based_ops.cpp"),),
-    "include_dirs": (aie_runtime_lib("{ARCH}"),),
-}
+def aie2_lut_tables() -> dict:
+    """What an aie2 object that reads tanh through ``getTanhBf16``
+    (``lut_based_ops.h``) needs besides its file: the tables
+    ``lut_based_ops.cpp`` defines, compiled into the same object, and the
+    header's directory (mlir-aie's own activation factory builds it so:
+    ``_create_lut_kernel`` in python/iron/kernels/activation.py)."""
+    return {
+        "extra_sources": (aie_runtime_lib("AIE2/lut_based_ops.cpp"),),
+        "include_dirs": (aie_runtime_lib("AIE2"),),
+    }
 
 
 def activation_kernel(name: str, tile: int, arch: str) -> Kernel:
-    """mlir-aie's runtime-sized activation: (in, out, count). The model
-    depends on the architecture (the aie2 table, the aie2p native tanh), so
-    it is bound to `arch`; the source names the same file in either tree,
-    with the tanh tables beside it on aie2."""
-    symbol, file, model = ACTIVATIONS[name]
+    """mlir-aie's `silu_bf16` or `gelu_bf16` for a 1024-element line where
+    it has one, else ours, `iron_{name}_bf16(in, out, count)`, from the
+    generation's activation.cc. On aie2 either object links the tanh tables."""
+    model, pinned = ACTIVATIONS[name]
     line = _line(tile)
-    tables = AIE2_TANH_TABLES if arch == "aie2" else {}
+    tables = aie2_lut_tables() if arch == "aie2" else {}
+    if pinned is not None and tile == FIXED_LINE:
+        symbol, file, pinned_model = pinned
+        return Kernel(
+            symbol,
+            (line, line),
+            aie_kernels(f"{arch}/{file}", **tables),
+            functools.partial(pinned_model, arch=arch),
+        )
     return Kernel(
-        symbol,
+        f"iron_{name}_bf16",
         (line, line, Scalar("i32")),
-        aie_kernels(f"{{arch}}/{file}", **tables),
+        shipped("iron.ops.eltwise", f"kernels/{arch}/activation.cc", **tables),
         functools.partial(model, arch=arch),
     )

@@ -1,8 +1,8 @@
 """Designs of the data movers. MemCopy, StridedCopy and Repeat are DMA only:
 each lane is a fifo from a shim into a memtile link and a fifo from the link
 back to the shim, and the runtime access patterns do the work. Transpose
-needs a core only to swap the bf16 halves of DMA words (mlir-aie's
-transpose_8x8 kernel moves bytes); its memtile's 4-D pattern does the rest.
+needs a core only to swap the bf16 halves of DMA words (our
+iron_transpose_8x8_bf16 moves bits); its memtile's 4-D pattern does the rest.
 Every output is bit-exact by construction."""
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from iron.design import (
     Tensor,
     Tile,
     Worker,
-    aie_kernels,
     core,
     forward,
     memtile,
     shim,
+    shipped,
 )
 from iron.design.model import element_type
 
@@ -152,21 +152,23 @@ BLOCK = 8
 
 
 def transpose_blocks_model(rows: int, cols: int, src, dst) -> None:
-    """mlir-aie `transpose_8x8` (aie_kernels/generic/transpose.cc): every
-    8 x 8 block of a rows x cols tile transposed in place; it moves bytes."""
+    """iron_transpose_8x8_bf16 (kernels/transpose.cc): every 8 x 8 block of a
+    rows x cols tile transposed in place; it moves bits."""
     blocks = src.reshape(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK)
     dst[:] = blocks.transpose(0, 3, 2, 1).reshape(-1)
 
 
 def transpose_kernel(rows: int, cols: int) -> Kernel:
-    """transpose_8x8(uint16 *in, uint16 *out), built for a rows x cols tile."""
+    """iron_transpose_8x8_bf16(bf16 *in, bf16 *out), built for a rows x cols
+    tile (DIM_n rows, DIM_m columns). Ours: mlir-aie's generic/transpose.cc
+    is not in the tree at iron-design's pin."""
     tile = Memref((rows * cols,), "bf16")
     return Kernel(
-        "transpose_8x8",
+        "iron_transpose_8x8_bf16",
         (tile, tile),
-        aie_kernels("generic/transpose.cc"),
+        shipped("iron.ops.eltwise", "kernels/transpose.cc"),
         functools.partial(transpose_blocks_model, rows, cols),
-        flags=(f"-DDIM_m={cols}", f"-DDIM_n={rows}", "-DBIT_WIDTH=16"),
+        flags=(f"-DDIM_m={cols}", f"-DDIM_n={rows}"),
     )
 
 

@@ -1,5 +1,5 @@
 """Designs of the row operators (RMSNorm, LayerNorm, Softmax, RoPE) and the
-numpy models of the mlir-aie kernels they link.
+numpy models of the kernels they link.
 
 A row operator runs on num_aie_columns x num_channels cores, core k taking
 the k-th contiguous share of the rows; it calls its kernel once per row (a
@@ -8,18 +8,22 @@ weight) is read from DDR once and broadcast by a memtile to every core,
 which holds it across all its rows. RoPE's angle rows stream beside x: one
 angle row is held while the rows/angle_rows consecutive rows it serves pass.
 
-Kernel models follow the C++ of mlir-aie's `aie_kernels` as read at these
-mlir-aie commits (the files changed over 2025-2026, some perhaps after
-iron-design's pinned mlir-aie; a model is only as current as the source it
-was read from): aie2/rms_norm.cc 81a47f7, aie2p/rms_norm.cc cbeca7f,
-aie2/layer_norm.cc 1884eeb, aie2p/layer_norm.cc 08c7911, aie2/softmax.cc
-1351c7a, aie2p/softmax.cc ad4f674, generic/rope.cc 06f23a4. Each has bf16
-loads, float32 accumulators, and a bf16 store per vector conversion, which
-rounds by the core's rounding mode. A core boots in floor and only some
-kernels set conv_even, so every worker here calls our
-`iron_set_rounding_conv_even` (kernels/rows.cc) before its kernels: each
-conversion then rounds to nearest even, as a C++ scalar `(bfloat16)` cast
-does. The cores' `invsqrt`, `inv`, `exp2` and lookup-table exp are
+The kernels (listed in ``kernels/manifest.json``):
+
+- npu2 (aie2p): mlir-aie's `rms_norm` (aie2p/rms_norm.cc), `layer_norm`
+  (aie2p/layer_norm.cc) and `softmax_bf16` (aie2p/softmax.cc) at iron-design's
+  pin; npu1 (aie2): mlir-aie's `softmax_bf16` (aie2/softmax.cc, with the
+  exp tables of lut_based_ops) and ours for the norms
+  (kernels/aie2/norm.cc), which the pin lacks;
+- RoPE on both: ours (kernels/rope.cc): the pin has no aie2 rope, and its
+  aie2p `rope` rounds each product to bf16 before their difference.
+
+The models follow those sources: bf16 loads, float32 lanes, the order the
+lanes are added in, and a bf16 rounding wherever the C++ stores or
+converts to bf16. A core boots in floor and mlir-aie's row kernels never
+set the mode, so every worker here calls `iron_set_rounding_conv_even`
+(kernels/rows.cc) before them: each conversion rounds to nearest even. The
+cores' `invsqrt`, `inv`, `exp2` and aie2's lookup-table exp are
 approximations whose exact bits are not published; the models use the
 float32 functions in their place, and the operators' tolerances are
 measured against float64 formulas (see the README).
@@ -60,13 +64,21 @@ from iron.design import (
     shim,
     shipped,
 )
-from iron.ops.eltwise.line_kernels import mul_model, shipped_kernel
+from iron.ops.eltwise.line_kernels import (
+    ROW_HELPERS,
+    SET_ROUNDING,
+    aie2_lut_tables,
+    mul_model,
+    shipped_kernel,
+)
 
-#: the epsilon mlir-aie's rms_norm and layer_norm kernels are compiled with
+#: the epsilon the rms_norm and layer_norm kernels are compiled with
 KERNEL_EPS = 1e-5
-#: bf16 lanes per vector of each generation's row kernels (aie2: 256-bit
-#: registers, 16 lanes; aie2p: 512-bit, 32), as the kernels instantiate them
-LANES = {"aie2": 16, "aie2p": 32}
+#: float32 lanes a row kernel's vectors have: the norms 16 on both
+#: generations (aie2p/rms_norm.cc and layer_norm.cc instantiate N = 16; ours
+#: too); softmax_bf16 16 on aie2, 32 on aie2p (SM_VEC_LEN)
+NORM_LANES = 16
+SOFTMAX_LANES = {"aie2": 16, "aie2p": 32}
 #: the first compute row (row 0 is the shim, row 1 the memtiles)
 FIRST_CORE_ROW = 2
 
@@ -88,78 +100,90 @@ def _f32(values) -> np.ndarray:
     return np.asarray(values).astype(np.float32)
 
 
-def _lane_sum(values: np.ndarray, lanes: int) -> np.float32:
-    """A float32 sum as the kernels reduce it: `lanes` running sums, then
-    the lanes added (aie::reduce_add)."""
-    whole = len(values) // lanes * lanes
+def lane_sums(values: np.ndarray, lanes: int) -> np.ndarray:
+    """The float32 running sum of each of `lanes` lanes over whole vectors
+    (a vector add per step: one rounding per lane per step)."""
     per_lane = np.zeros(lanes, np.float32)
-    for chunk in values[:whole].reshape(-1, lanes):
+    for chunk in values[: len(values) // lanes * lanes].reshape(-1, lanes):
         per_lane += chunk
-    return np.float32(per_lane.sum(dtype=np.float32) + values[whole:].sum(dtype=np.float32))
+    return per_lane
+
+
+def sum_lanes(lanes: np.ndarray) -> np.ndarray:
+    """The float32 lanes on the last axis added pairwise by halves, lane k
+    with k + width/2 (our kernels' `iron::sum_lanes`; mlir-aie's kernels
+    call aie::reduce_add, whose order is not published and is modelled the
+    same)."""
+    lanes = np.asarray(lanes, np.float32)
+    while lanes.shape[-1] > 1:
+        half = lanes.shape[-1] // 2
+        lanes = lanes[..., :half] + lanes[..., half:]
+    return lanes[..., 0]
+
+
+def _tail_sum(start: np.float32, values: np.ndarray) -> np.float32:
+    """`values` added one by one to `start` (a kernel's scalar tail)."""
+    total = np.float32(start)
+    for v in values:
+        total = np.float32(total + v)
+    return total
 
 
 # ---- kernel models (write their outputs in place, as the C++ does) ------------------
 
 
-def set_rounding_model() -> None:
-    """iron_set_rounding_conv_even moves no data; the models round as it sets."""
-
-
 def rms_norm_model(arch: str, x, y, cols) -> None:
-    """mlir-aie `rms_norm` (aie_kernels/{arch}/rms_norm.cc), eps 1e-5: the
-    float32 inverse of the root mean square. aie2 scales by it split into a
-    bf16 pair (x * hi + x * lo in float32): one rounding per output; aie2p
-    rounds it to bf16 first, then rounds each product."""
-    lanes = 32 if arch == "aie2" else 16
+    """eps 1e-5; squares summed in 16 float32 lanes (the tail after them,
+    one by one), the float32 inverse of the root mean square.
+    aie2 (ours, iron_rms_norm_bf16): x * inverse rounded once (through the
+    inverse's bf16 parts). aie2p (mlir-aie rms_norm): the inverse rounded
+    to bf16, then each product rounded; the scalar tail multiplies by the
+    float32 inverse."""
     v = _f32(x[:cols])
-    mean_square = np.float32(_lane_sum(v * v, lanes) / np.float32(cols))
-    inverse = np.float32(1) / np.sqrt(mean_square + np.float32(KERNEL_EPS))
-    whole = cols // lanes * lanes
+    whole = cols // NORM_LANES * NORM_LANES
+    total = _tail_sum(sum_lanes(lane_sums(v * v, NORM_LANES)), v[whole:] * v[whole:])
+    inverse = np.float32(1) / np.sqrt(np.float32(total / np.float32(cols)) + np.float32(KERNEL_EPS))
     if arch == "aie2":
-        hi = cast_bf16(inverse)
-        lo = cast_bf16(inverse - hi)
-        y[:whole] = to_bf16(v[:whole] * hi + v[:whole] * lo)
+        y[:cols] = to_bf16(v * inverse)
     else:
         y[:whole] = to_bf16(v[:whole] * cast_bf16(inverse))
-    y[whole:cols] = to_bf16(v[whole:] * inverse)  # the scalar tail
+        y[whole:cols] = to_bf16(v[whole:] * inverse)
 
 
-def layer_norm_model(arch: str, x, y, *sizes) -> None:
-    """mlir-aie `layer_norm` (aie_kernels/{arch}/layer_norm.cc), eps 1e-5,
-    no affine. aie2's kernel normalises each column of a (rows, cols) block
-    with Welford's running mean; the design calls it on one row as a
-    (cols, 1) block. aie2p's takes a row: float32 sums of x and x^2, variance
-    E[x^2] - mean^2. Both then subtract the bf16 mean and multiply by the
-    bf16 inverse deviation as bf16 vectors, rounding each step."""
-    cols = sizes[0]
+def layer_norm_model(arch: str, x, y, cols) -> None:
+    """eps 1e-5, no affine; float32 lane sums of x and x^2 (16 lanes),
+    variance E[x^2] - mean^2. aie2 (ours, iron_layer_norm_bf16): the
+    variance at least 0, then x * inverse - mean * inverse in float32,
+    rounded once. aie2p (mlir-aie layer_norm): x - bf16(mean) as bf16, times
+    bf16(inverse) as bf16."""
     v = _f32(x[:cols])
+    mean = np.float32(sum_lanes(lane_sums(v, NORM_LANES)) / np.float32(cols))
+    variance = np.float32(sum_lanes(lane_sums(v * v, NORM_LANES)) / np.float32(cols) - mean * mean)
     if arch == "aie2":
-        mean, m2 = np.float32(0), np.float32(0)
-        for count, value in enumerate(v, start=1):
-            delta = value - mean
-            mean = np.float32(mean + delta / np.float32(count))
-            m2 = np.float32(m2 + delta * (value - mean))
-        variance = np.float32(m2 / np.float32(cols))
-    else:
-        mean = np.float32(_lane_sum(v, 32) / np.float32(cols))
-        variance = np.float32(_lane_sum(v * v, 32) / np.float32(cols) - mean * mean)
+        variance = max(variance, np.float32(0))
     inverse = np.float32(1) / np.sqrt(variance + np.float32(KERNEL_EPS))
-    centred = to_bf16(v - cast_bf16(mean))
-    y[:cols] = to_bf16(_f32(centred) * cast_bf16(inverse))
+    if arch == "aie2":
+        y[:cols] = to_bf16(v * inverse - np.float32(mean * inverse))
+    else:
+        centred = to_bf16(v - cast_bf16(mean))
+        y[:cols] = to_bf16(_f32(centred) * cast_bf16(inverse))
 
 
-#: the kernels' log2(e) as a bf16 constant (aie2p softmax.cc)
+#: aie2p softmax.cc's log2(e), a bf16 constant (`#define log2e 1.4453125`), and
+#: the value its running maximum starts from ((bfloat16)-32768.0f)
 LOG2E_BF16 = np.float32(1.4453125)
+SOFTMAX_MAX_START = np.float32(-32768.0)
 
 
 def softmax_model(arch: str, x, y, valid) -> None:
     """mlir-aie `softmax_bf16` (aie_kernels/{arch}/softmax.cc) over the first
     `valid` elements, whole vectors only; it writes nothing past them.
-    aie2: exp by lookup table, with no max subtracted; aie2p: exp2 of
-    x * log2e (log2e a bf16 constant, 1.4453125) less the largest scaled
-    value (at least 0). Both sum the bf16 exponentials in float32 and scale
-    them by the bf16 inverse of the sum."""
-    lanes = LANES[arch]
+    aie2: exp by lookup table (modelled as exp rounded to bf16), with no max
+    subtracted; aie2p: exp2 of x * log2e (log2e a bf16 constant, 1.4453125;
+    the product in float32) less the largest product rounded to bf16 (at
+    least -32768), the exp2 stored as bf16. Both sum the bf16 exponentials
+    in float32 lanes, add the lanes, and scale by the bf16 inverse of the sum."""
+    lanes = SOFTMAX_LANES[arch]
     if valid % lanes:
         raise ValueError(
             f"softmax_bf16 walks whole {lanes}-element vectors; valid={valid} leaves a "
@@ -171,9 +195,9 @@ def softmax_model(arch: str, x, y, valid) -> None:
             exps = to_bf16(np.exp(v.astype(np.float64)))
         else:
             scaled = v * LOG2E_BF16  # exact: a product of two bf16 values
-            top = max(np.float32(0), _f32(to_bf16(scaled)).max())
+            top = max(SOFTMAX_MAX_START, _f32(to_bf16(scaled)).max())
             exps = to_bf16(np.exp2((scaled - top).astype(np.float64)))
-    inverse = cast_bf16(np.float32(1) / _lane_sum(_f32(exps), lanes))
+    inverse = cast_bf16(np.float32(1) / sum_lanes(lane_sums(_f32(exps), lanes)))
     y[:valid] = to_bf16(_f32(exps) * inverse)
 
 
@@ -188,9 +212,9 @@ def mask_tail_model(x, valid, n) -> None:
 
 
 def rope_model(method: str, x, angles, y, cols) -> None:
-    """mlir-aie `rope` / `rope_two_halves` (aie_kernels/generic/rope.cc,
-    built for either generation): each output is x1 cos -/+ x2 sin held in
-    a float32 accumulator (the bf16 products are exact), rounded once."""
+    """iron_rope_{interleaved,two_halves}_bf16 (kernels/rope.cc): each output
+    is x1 cos -/+ x2 sin held in the float32 accumulator (the bf16 products
+    are exact), rounded once."""
     v, a = _f32(x[:cols]), _f32(angles[:cols])
     cos, sin = a[0::2], a[1::2]
     if method == "two_halves":
@@ -210,51 +234,52 @@ def _row(cols: int) -> Memref:
     return Memref((cols,), "bf16")
 
 
-#: our helpers (kernels/rows.cc): setting the rounding mode and masking a row's tail
-ROW_HELPERS = shipped("iron.ops.eltwise", "kernels/rows.cc")
-
-#: iron_set_rounding_conv_even()
-SET_ROUNDING = Kernel("iron_set_rounding_conv_even", (), ROW_HELPERS, set_rounding_model)
+#: our aie2 norms (the pin has aie2p's only)
+AIE2_NORMS = shipped("iron.ops.eltwise", "kernels/aie2/norm.cc")
 
 
 def rms_norm_kernel(arch: str, cols: int) -> Kernel:
-    """rms_norm(bf16 *input, bf16 *output, int32 cols)."""
+    """(bf16 *input, bf16 *output, int32 cols): mlir-aie's `rms_norm` on
+    aie2p, ours `iron_rms_norm_bf16` on aie2."""
     row = _row(cols)
+    symbol, source = (
+        ("iron_rms_norm_bf16", AIE2_NORMS) if arch == "aie2" else
+        ("rms_norm", aie_kernels("aie2p/rms_norm.cc"))
+    )  # fmt: skip
     return Kernel(
-        "rms_norm",
-        (row, row, Scalar("i32")),
-        aie_kernels("{arch}/rms_norm.cc"),
-        functools.partial(rms_norm_model, arch),
+        symbol, (row, row, Scalar("i32")), source, functools.partial(rms_norm_model, arch)
     )
 
 
 def mul_kernel(cols: int) -> Kernel:
     """iron_mul_bf16(bf16 *a, bf16 *b, bf16 *y, int32 n), shipped with the
-    family (kernels/eltwise.cc): mlir-aie's sized multiply is newer than
-    iron-design's pinned tree."""
+    family (kernels/eltwise.cc): the pin has no sized multiply."""
     return shipped_kernel("iron_mul_bf16", 2, cols, 0, mul_model)
 
 
 def layer_norm_kernel(arch: str, cols: int) -> Kernel:
-    """aie2: layer_norm(bf16 *input, bf16 *output, int32 rows, int32 cols);
-    aie2p: layer_norm(bf16 *input, bf16 *output, int32 cols)."""
+    """(bf16 *input, bf16 *output, int32 cols): mlir-aie's `layer_norm` on
+    aie2p, ours `iron_layer_norm_bf16` on aie2."""
     row = _row(cols)
-    scalars = (Scalar("i32"),) * (2 if arch == "aie2" else 1)
+    symbol, source = (
+        ("iron_layer_norm_bf16", AIE2_NORMS) if arch == "aie2" else
+        ("layer_norm", aie_kernels("aie2p/layer_norm.cc"))
+    )  # fmt: skip
     return Kernel(
-        "layer_norm",
-        (row, row, *scalars),
-        aie_kernels("{arch}/layer_norm.cc"),
-        functools.partial(layer_norm_model, arch),
+        symbol, (row, row, Scalar("i32")), source, functools.partial(layer_norm_model, arch)
     )
 
 
 def softmax_kernel(arch: str, cols: int) -> Kernel:
-    """softmax_bf16(bf16 *input, bf16 *output, int32 input_size)."""
+    """softmax_bf16(bf16 *input, bf16 *output, int32 input_size). aie2's
+    includes lut_based_ops.h and reads its exp tables: the object links
+    lut_based_ops.cpp, as mlir-aie's softmax factory builds it."""
     row = _row(cols)
+    tables = aie2_lut_tables() if arch == "aie2" else {}
     return Kernel(
         "softmax_bf16",
         (row, row, Scalar("i32")),
-        aie_kernels("{arch}/softmax.cc"),
+        aie_kernels(f"{arch}/softmax.cc", **tables),
         functools.partial(softmax_model, arch),
     )
 
@@ -268,12 +293,13 @@ def mask_tail_kernel(cols: int) -> Kernel:
 
 
 def rope_kernel(method: str, cols: int) -> Kernel:
-    """rope / rope_two_halves(bf16 *input, bf16 *lut, bf16 *output, int32 dims)."""
+    """iron_rope_{interleaved,two_halves}_bf16(bf16 *x, bf16 *angles, bf16 *y,
+    int32 cols) (kernels/rope.cc)."""
     row = _row(cols)
     return Kernel(
-        "rope_two_halves" if method == "two_halves" else "rope",
+        f"iron_rope_{method}_bf16",
         (row, row, row, Scalar("i32")),
-        aie_kernels("generic/rope.cc"),
+        shipped("iron.ops.eltwise", "kernels/rope.cc"),
         functools.partial(rope_model, method),
     )
 
@@ -380,7 +406,7 @@ def rms_norm(tile_size, rows, weighted, eps, columns, channels, device) -> Desig
     arch = device.arch
     require_design(
         "RMSNorm", "eps", eps, eps == KERNEL_EPS,
-        f"{KERNEL_EPS:g} (mlir-aie's rms_norm kernel is compiled with it)",
+        f"{KERNEL_EPS:g} (the rms_norm kernels are compiled with it)",
     )  # fmt: skip
     norm = rms_norm_kernel(arch, tile_size)
     if not weighted:
@@ -406,26 +432,23 @@ def layer_norm(rows, cols, eps, columns, channels, device) -> Design:
     arch = device.arch
     require_design(
         "LayerNorm", "eps", eps, eps == KERNEL_EPS,
-        f"{KERNEL_EPS:g} (mlir-aie's layer_norm kernel is compiled with it)",
-    )  # fmt: skip
-    lanes = LANES[arch]
-    require_design(
-        "LayerNorm", "cols", cols, cols % lanes == 0,
-        f"a multiple of {lanes} on {arch} (mlir-aie's layer_norm walks whole "
-        f"{lanes}-element vectors)",
+        f"{KERNEL_EPS:g} (the layer_norm kernels are compiled with it)",
     )  # fmt: skip
     kernel = layer_norm_kernel(arch, cols)
-    sizes = (cols, 1) if arch == "aie2" else (cols,)  # aie2: one row as a (cols, 1) block
+    require_design(
+        "LayerNorm", "cols", cols, cols % NORM_LANES == 0,
+        f"a multiple of {NORM_LANES} ({kernel.symbol} walks whole {NORM_LANES}-element vectors)",
+    )  # fmt: skip
     return row_design(
         "layer_norm", device, rows, cols, columns, channels,
-        lambda k: (Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), *sizes)),),
+        lambda k: (Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), cols)),),
         who=("LayerNorm", "cols"),
     )  # fmt: skip
 
 
 def softmax(rows, cols, columns, channels, device) -> Design:
     arch = device.arch
-    lanes = LANES[arch]
+    lanes = SOFTMAX_LANES[arch]
     require_design(
         "Softmax", "cols", cols, cols % lanes == 0,
         f"a multiple of {lanes} on {arch} (mlir-aie's softmax_bf16 walks whole "

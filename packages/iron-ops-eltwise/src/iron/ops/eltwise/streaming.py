@@ -33,6 +33,7 @@ from iron.design import (
     core,
     shim,
 )
+from iron.ops.eltwise.line_kernels import rounding_prologue
 
 #: rows 0 and 1 are the shim and the memtile; cores start at row 2
 FIRST_CORE_ROW = 2
@@ -61,7 +62,8 @@ def streaming_design(
 ) -> Design:
     """`lines` lines of every stream, split evenly over columns x channels
     cores; each core calls ``kernel(*input objects, output object,
-    *scalars)`` once per line."""
+    *scalars)`` once per line (after setting conv_even before an mlir-aie
+    kernel, which leaves the core's mode as it finds it)."""
     cores = columns * channels
     per_core = lines // cores
     streams = (*inputs, output)
@@ -86,6 +88,7 @@ def streaming_design(
                     (
                         *(Acquire(f) for f in ins),
                         Acquire(out),
+                        *rounding_prologue(kernel),
                         Call(kernel, (*(Obj(f) for f in ins), Obj(out), *scalars)),
                         *(Release(f) for f in ins),
                         Release(out),

@@ -29,7 +29,8 @@ import functools
 
 import numpy as np
 
-from iron.core import IN, OUT
+from iron.core import IN, OUT, bf16
+from iron.core.numerics import round_to_bf16
 from iron.design import (
     TAP,
     Acquire,
@@ -55,6 +56,7 @@ from iron.design import (
     Tensor,
     Tile,
     Worker,
+    aie_runtime_lib,
     core,
     forward,
     join,
@@ -63,6 +65,8 @@ from iron.design import (
     shipped,
     simulate,
 )
+from iron.design.block_float import quantize
+from iron.design.lut_based_ops import tanh_bf16 as tanh_lut
 from iron.ops.flm.dequant import (
     BLOCK_BYTES,
     BLOCK_K,
@@ -78,8 +82,6 @@ from iron.ops.flm.gemm import (
     STACK_BYTES,
     Epilogue,
     FLMGemm,
-    finish,
-    k_block_product,
     l1_fit,
 )
 from iron.ops.flm.packing import GROUP, BFormat, Rounding, S, T, read_chunk
@@ -89,30 +91,100 @@ FIRST_CORE_ROW = 2  # rows 0 and 1 are the shim and the memtile
 
 
 # ---- the kernels' arithmetic ---------------------------------------------------------
+#
+# kernels/{arch}/mm_fused.cc and kernels/dequant_q4nx.cc (listed in
+# kernels/manifest.json), one rounding mode per kernel: the operator's
+# (`Rounding`), which the kernels set.
+
+#: k per MAC step: the 8 of aie2p's 8x8x8 and of aie2's 4x8x4 mmul
+MAC_K = 8
 
 
-def mm_model(a, b, acc, tile, *, tile_n: int, ct_k: int, b_format: BFormat) -> None:
-    """acc rows of A tile `tile` += a (tile_ma x ct_k) @ one B chunk: each
-    k-slice's exact sum rounded once to float32 (the reference rounds once
-    per 512-deep k-block; the difference is within the tolerance)."""
+def block_product(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """C + A B as the float32 accumulator takes it from 8-k MAC steps: each
+    step's products summed exactly (float64) and rounded to float32, then
+    added to the accumulator (rounding), step after step. On aie2p both
+    operands are bfp16 there, so a step's sum is exact in float32 anyway.
+    (iron-ops-gemm's core_kernels has the same function for mm.cc; this
+    family does not depend on that one.)"""
+    m, k = A.shape
+    steps = np.einsum(
+        "mbj,bjn->bmn",
+        A.reshape(m, k // MAC_K, MAC_K).astype(np.float64),
+        B.reshape(k // MAC_K, MAC_K, -1).astype(np.float64),
+    ).astype(np.float32)
+    total = np.array(C, np.float32)
+    for step in steps:
+        total += step
+    return total
+
+
+def mm_model(a, b, acc, tile, *, tile_n: int, ct_k: int, b_format: BFormat, arch: str, floor: bool):
+    """iron_flm_mm_bfp16 / iron_flm_mm_bf16: the accumulator's rows of A
+    tile `tile` += a (tile_ma x ct_k) @ one B chunk, in 8-k steps
+    (`block_product`). aie2p converts the A tile to bfp16ebs8 (blocks of 8 k
+    of one row, in the kernel's rounding mode) before the 8x8x8 multiply,
+    and a bf16 B chunk the same way (the AIE API's emulated bf16 mmul); a
+    bfp16 B is as packed. aie2 multiplies bf16 as it is."""
     rows = slice(tile * len(a), (tile + 1) * len(a))
-    acc[rows] += k_block_product(a, _decoded(b.tobytes(), b.dtype, tile_n, ct_k, b_format))
+    B = _decoded(b.tobytes(), b.dtype, tile_n, ct_k, b_format, arch == "aie2p", floor)
+    A = _a_tile(a.tobytes(), a.shape, arch == "aie2p", floor)
+    acc[rows] = block_product(A, B, acc[rows])
 
 
 @functools.lru_cache(maxsize=64)
-def _decoded(raw: bytes, dtype: np.dtype, tile_n: int, ct_k: int, b_format: BFormat) -> np.ndarray:
-    """A chunk's values, decoded once for the A tiles and cores that share
-    it (a broadcast reaches every core of the column)."""
-    return read_chunk(np.frombuffer(raw, dtype), tile_n, ct_k, b_format)
+def _a_tile(raw: bytes, shape: tuple, emulated: bool, floor: bool) -> np.ndarray:
+    """An A tile's values as the multiply reads them (aie2p: through bfp16),
+    converted once for the columns that share it (a broadcast)."""
+    values = np.frombuffer(raw, bf16).reshape(shape).astype(np.float32)
+    return quantize(values, axis=1, floor=floor) if emulated else values
 
 
-def drain_model(acc, c, chunk, mode, lo_bits, hi_bits, *, rounding: Rounding) -> None:
-    """C chunk `chunk` (CT_OUT_LEN values: whole rows of the accumulator)
-    = one rounding of the epilogue and clamp of its rows, which are then
-    zeroed for the next unit."""
+@functools.lru_cache(maxsize=64)
+def _decoded(raw: bytes, dtype, tile_n: int, ct_k: int, b_format: BFormat, emulated: bool, floor):
+    """A chunk's values as the multiply reads them, decoded once for the A
+    tiles and cores that share it (a broadcast reaches every core of the
+    column)."""
+    values = read_chunk(np.frombuffer(raw, dtype), tile_n, ct_k, b_format)
+    if emulated and b_format is BFormat.BF16:
+        values = quantize(values, axis=0, floor=floor)
+    return values
+
+
+def _round(x, floor: bool) -> np.ndarray:
+    return round_to_bf16(np.asarray(x, np.float32), floor=floor).astype(np.float32)
+
+
+def _sigmoid(x: np.ndarray, c: float, arch: str, floor: bool) -> np.ndarray:
+    """mm_fused.h's sigmoid(x c) = 0.5 + 0.5 tanh(x c / 2): x c / 2 one
+    float32 rounding; tanh: aie2p aie::tanh (float32 tanh, its own error not
+    published) stored as bf16, aie2 mlir-aie's table of the argument rounded
+    to bf16; the sum exact."""
+    h = np.asarray(x, np.float32) * (np.float32(c) * np.float32(0.5))
+    if arch == "aie2":
+        t = tanh_lut(_round(h, floor), floor=floor).astype(np.float32)
+    else:
+        t = _round(np.tanh(h), floor)
+    return np.float32(0.5) + np.float32(0.5) * t
+
+
+def drain_model(acc, c, chunk, mode, lo_bits, hi_bits, *, rounding: Rounding, arch: str) -> None:
+    """iron_flm_drain_bf16: C chunk `chunk` (CT_OUT_LEN values: whole rows
+    of the accumulator) = the epilogue (GELU x sigmoid(1.702 x), SiLU x
+    sigmoid(x), each product one float32 rounding; `_sigmoid`), the clamp,
+    one rounding to bf16; the rows are then zeroed for the next unit."""
+    floor = rounding is Rounding.FLOOR
     rows = acc.reshape(-1, CT_OUT_LEN)[chunk]
+    x = np.asarray(rows, np.float32)
+    epilogue = list(Epilogue)[mode]
+    if epilogue is Epilogue.GELU:
+        x = x * _sigmoid(x, 1.702, arch, floor)
+    elif epilogue is Epilogue.SILU:
+        x = x * _sigmoid(x, 1.0, arch, floor)
+    elif epilogue is Epilogue.SIGMOID:
+        x = _sigmoid(x, 1.0, arch, floor)
     lo, hi = np.array([lo_bits, hi_bits], np.int32).view(np.float32)
-    c[:] = finish(rows, list(Epilogue)[mode], lo, hi, rounding)
+    c[:] = round_to_bf16(np.minimum(np.maximum(x, lo), hi), floor=floor)
     rows[:] = 0
 
 
@@ -128,9 +200,12 @@ def _b_dtype(b_format: BFormat) -> str:
 
 
 def _kernels(op: FLMGemm) -> tuple[Kernel, Kernel]:
+    arch = op.device.arch
     tile_n, ct_k, tile_ma = op.tile_n, op.ct_k, op.tile_ma
-    chunk = ct_k * tile_n // (GROUP if op.b_format is BFormat.BFP16 else 1)
+    bfp16 = op.b_format is BFormat.BFP16
+    chunk = ct_k * tile_n // (GROUP if bfp16 else 1)
     mask = sum(1 << e.mode for e in op.epilogue_modes)
+    floor = op.rounding is Rounding.FLOOR
     flags = (
         f"-DMM_FUSED_TILE_M={M_TILE}",
         f"-DMM_FUSED_TILE_K={K_TILE}",
@@ -139,23 +214,33 @@ def _kernels(op: FLMGemm) -> tuple[Kernel, Kernel]:
         f"-DMM_FUSED_CT_K={ct_k}",
         f"-DMM_FUSED_OUT_CHUNK={CT_OUT_LEN}",
         f"-DMM_FUSED_EPILOGUE_MODE_MASK={mask}",
-        *(["-DMM_FUSED_BFP16_B"] if op.b_format is BFormat.BFP16 else []),
-        *(["-DROUND_CONV_EVEN"] if op.rounding is Rounding.CONV_EVEN else []),
+        *(["-DMM_FUSED_BFP16_B"] if bfp16 else []),
+        # aie2p multiplies bf16 B through bfp16, as A
+        *(["-DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"] if arch == "aie2p" and not bfp16 else []),
+        *([] if floor else ["-DROUND_CONV_EVEN"]),
     )
-    source = shipped("iron.ops.flm", "kernels/mm_fused.cc")
+    # aie2's epilogues read tanh through mlir-aie's table: the object links it
+    tables = (
+        {"extra_sources": (aie_runtime_lib("AIE2/lut_based_ops.cpp"),),
+         "include_dirs": (aie_runtime_lib("AIE2"),)}
+        if arch == "aie2" and op.activations else {}
+    )  # fmt: skip
+    source = shipped("iron.ops.flm", f"kernels/{arch}/mm_fused.cc", **tables)
     acc = Memref((M_TILE, tile_n), "f32")
     mm = Kernel(
-        f"mm_fused_tn{tile_n}_ck{ct_k}_ma{tile_ma}",
+        "iron_flm_mm_bfp16" if bfp16 else "iron_flm_mm_bf16",
         (Memref((tile_ma, ct_k), "bf16"), Memref((chunk,), _b_dtype(op.b_format)), acc, Scalar()),
         source,
-        functools.partial(mm_model, tile_n=tile_n, ct_k=ct_k, b_format=op.b_format),
+        functools.partial(
+            mm_model, tile_n=tile_n, ct_k=ct_k, b_format=op.b_format, arch=arch, floor=floor
+        ),
         flags,
     )
     drain = Kernel(
-        f"mm_fused_drain_tn{tile_n}_{op.rounding.value}",
+        "iron_flm_drain_bf16",
         (acc, Memref((CT_OUT_LEN,), "bf16"), Scalar(), Scalar(), Scalar(), Scalar()),
         source,
-        functools.partial(drain_model, rounding=op.rounding),
+        functools.partial(drain_model, rounding=op.rounding, arch=arch),
         flags,
     )
     return mm, drain
@@ -442,7 +527,7 @@ def dequant_design(K: int, N: int, device) -> Design:
     cols = min(device.columns, N // TILE_N)
     per_block = BLOCK_N * BLOCK_K // GROUP  # bfp16 blocks out of one q4nx block
     kernel = Kernel(
-        "dequant_q4nx_bfp16",
+        "iron_flm_dequant_q4nx",
         (Memref((BLOCK_BYTES,), "u8"), Memref((per_block,), "bfp16ebs8")),
         shipped("iron.ops.flm", "kernels/dequant_q4nx.cc"),
         encode_block,

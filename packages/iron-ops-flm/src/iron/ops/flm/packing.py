@@ -1,10 +1,9 @@
 """B's formats and layout: the rounding modes, the bfp16ebs8 block-float format,
 and the packed order the cores read B in.
 
-bfp16ebs8 (AIE2P's `v8bfp16ebs8`) stores 8 values in 9 bytes: a shared
-exponent byte E (the largest IEEE-754 biased exponent of the 8), then 8 int8
-mantissas m, each worth m * 2**(E - 133) (7 magnitude bits and a sign, 6 of
-them fractional against 2**(E - 127)).
+bfp16ebs8 (AIE2P's `v8bfp16ebs8`, `iron.design.block_float`) stores 8
+values in 9 bytes: a shared exponent byte E, then 8 int8 mantissas, each
+worth m * 2**(E - 133).
 
 Packing is the caller's job, done once per weight: the cores read B in the
 order `pack_b` writes, so every B transfer is one contiguous run per k-block
@@ -19,11 +18,10 @@ import enum
 import numpy as np
 
 from iron.core.numerics import round_to_bf16
+from iron.design import block_float
 
-GROUP = 8  # values per bfp16ebs8 block: 8 consecutive k of one n
-GROUP_BYTES = 9  # one exponent byte + 8 mantissa bytes
-MANTISSA_SHIFT = 17  # a 24-bit significand keeps its top 7 bits
-EXPONENT_BIAS = 133  # 127 + 6 fractional mantissa bits
+GROUP = block_float.BLOCK  # values per bfp16ebs8 block: 8 consecutive k of one n
+GROUP_BYTES = block_float.BLOCK_BYTES  # one exponent byte + 8 mantissa bytes
 K_BLOCK = 512  # k per B slot (one memtile k-block)
 S = T = 8  # the mmul register tiling: B moves in 8x8 sub-tiles
 
@@ -54,69 +52,15 @@ class BFormat(Choice):
 
 def to_bfp16ebs8(x, rounding: Rounding = Rounding.CONV_EVEN) -> np.ndarray:
     """Encode the last axis of `x` (a multiple of 8 long) as bfp16ebs8
-    blocks: returns uint8 of shape (..., n/8, 9), each block [E, m0..m7].
-
-    E is the largest biased exponent of the 8 values. Each value's 24-bit
-    significand (the implicit bit made explicit, negated when negative) is
-    shifted right by 17 + (E - e): CONV_EVEN rounds half to even, FLOOR is an
-    arithmetic shift (toward -inf). Results saturate to [-128, 127]. A value
-    32 or more binades below E is therefore 0 (or -1 when negative under
-    FLOOR). Subnormal inputs (exponent field 0) encode as 0; Inf and NaN have
-    no encoding and are refused.
-
-    Error: a value v of a block with exponent E decodes to q with
-    |v - q| <= 2**(E-133) / 2 (CONV_EVEN; up to one 2**(E-133) where a value
-    of 127.5 units or more saturates to 127) and 0 <= v - q < 2**(E-133)
-    (FLOOR). Values with at most 7 significant bits below E are exact.
-    """
-    x = np.asarray(x, dtype=np.float32)
-    if x.ndim == 0 or x.shape[-1] % GROUP:
-        raise ValueError(
-            f"to_bfp16ebs8: the last axis must be a multiple of {GROUP} values, got shape {x.shape}"
-        )
-    blocks = np.ascontiguousarray(x).view(np.int32).reshape(-1, GROUP)
-    out = np.empty((len(blocks), GROUP_BYTES), dtype=np.uint8)
-    for start in range(0, len(blocks), _CHUNK):  # cache-sized pieces: 2x faster on big B
-        _encode(blocks[start : start + _CHUNK], Rounding(rounding), out[start : start + _CHUNK])
-    return out.reshape(*x.shape[:-1], -1, GROUP_BYTES)
-
-
-_CHUNK = 1 << 15
-
-
-def _encode(bits: np.ndarray, rounding: Rounding, out: np.ndarray) -> None:
-    exponent = (bits >> 23) & 0xFF
-    if (exponent == 0xFF).any():
-        raise ValueError("to_bfp16ebs8: Inf and NaN have no bfp16ebs8 encoding")
-    significand = np.where(exponent > 0, (bits & 0x7FFFFF) | 0x800000, 0)
-    signed = np.where(bits < 0, -significand, significand)
-    shared = exponent.max(axis=-1, keepdims=True)
-    # 13 binades below E every significand (< 2**24) is gone after the 17, so
-    # capping the shift at 30 changes no result and keeps int32 shifts defined
-    shift = MANTISSA_SHIFT + np.minimum(shared - exponent, 13)
-    mantissa = signed >> shift  # arithmetic: toward -inf, FLOOR
-    if rounding is Rounding.CONV_EVEN:
-        dropped = signed - (mantissa << shift)
-        half = 1 << (shift - 1)
-        mantissa += (dropped > half) | ((dropped == half) & (mantissa & 1 == 1))
-    out[:, 0] = shared[:, 0]
-    out[:, 1:] = np.clip(mantissa, -128, 127).astype(np.int8).view(np.uint8)
+    blocks, uint8 of shape (..., n/8, 9), rounding as `rounding` says
+    (`iron.design.block_float.encode`, which states the format and the
+    error)."""
+    return block_float.encode(x, floor=Rounding(rounding) is Rounding.FLOOR)
 
 
 def from_bfp16ebs8(blocks) -> np.ndarray:
     """Decode bfp16ebs8 blocks (..., n, 9) to float32 (..., n*8), exactly."""
-    blocks = np.asarray(blocks, dtype=np.uint8)
-    if blocks.ndim == 0 or blocks.shape[-1] != GROUP_BYTES:
-        raise ValueError(
-            f"from_bfp16ebs8: blocks are {GROUP_BYTES} bytes on the last axis, got shape {blocks.shape}"
-        )
-    # a float64 product is exact; one cast rounds it as float32 ldexp would
-    scale = _SCALES[blocks[..., :1]]
-    values = (blocks[..., 1:].view(np.int8) * scale).astype(np.float32)
-    return values.reshape(*blocks.shape[:-2], -1)
-
-
-_SCALES = np.ldexp(1.0, np.arange(256) - EXPONENT_BIAS)  # 2**(E - 133) per exponent byte
+    return block_float.decode(blocks)
 
 
 def packed_b_size(K: int, N: int, b_format: BFormat = BFormat.BFP16) -> int:

@@ -35,6 +35,7 @@ from iron.design import (
     ObjectFifo,
     Release,
     Tensor,
+    Tile,
     Worker,
     core,
     forward,
@@ -43,18 +44,26 @@ from iron.design import (
     shim,
     split,
 )
+from iron.design.manifest import broken_constraints, load
 from iron.design.model import element_type
 from iron.ops.gemm.common import (
-    EMULATED,
     PRECISE,
     check_columns,
     check_core_memory,
+    emulated_budget,
     most_columns,
     row_blocks,
 )
-from iron.ops.gemm.core_kernels import ACCUMULATOR, cast_kernel, matmul_kernel, zero_kernel
+from iron.ops.gemm.core_kernels import (
+    ACCUMULATOR,
+    cast_columns_kernel,
+    cast_kernel,
+    matmul_kernel,
+    zero_kernel,
+)
 from iron.ops.gemm.tiling import (
     blocked,
+    columns_of_row_blocks,
     mmul_shape,
     rounds,
     stride_fits,
@@ -82,38 +91,30 @@ def emulated(device: Device | None, dtype_in) -> bool:
     return device is not None and device.arch == "aie2p" and as_dtype(dtype_in) == bf16
 
 
-def mac_shape(device: Device | None, dtype_in) -> tuple[int, int, int]:
-    """(r, s, t): the aie::mmul block mlir-aie's mm.cc builds the matmul
-    from (see `tiling.mmul_shape`)."""
-    return mmul_shape(device, dtype_in)
-
-
-def core_buffers(tile_m, tile_k, tile_n, dtype_in, dtype_out) -> dict[str, int]:
+def core_buffers(tile_m, tile_k, tile_n, dtype_in, dtype_out, c_depth=1) -> dict[str, int]:
     """Bytes one GEMM core holds: A and B tiles double buffered; C
     accumulated over K in the accumulator's type (float32 for bf16 in,
     int32 for int8), which is C itself, double buffered, when C has that
-    type, else a core buffer plus one C tile it is narrowed into; the stack."""
-    size_in, out = as_dtype(dtype_in).itemsize, as_dtype(dtype_out)
+    type, else a core buffer plus `c_depth` C tiles it is narrowed into;
+    the stack."""
+    size_in, out = as_dtype(dtype_in).itemsize, as_dtype(dtype_out).itemsize
     tiles = {"A": 2 * tile_m * tile_k * size_in, "B": 2 * tile_k * tile_n * size_in}
-    if out.itemsize == 4:
+    if out == 4:
         tiles["C"] = 2 * tile_m * tile_n * 4
     else:
-        tiles |= {"accumulator": tile_m * tile_n * 4, "C": tile_m * tile_n * out.itemsize}
+        tiles |= {"accumulator": tile_m * tile_n * 4, "C": c_depth * tile_m * tile_n * out}
     return tiles | {"stack": STACK_BYTES}
 
 
-def bfp16_emulated(x: np.ndarray, axis: int) -> np.ndarray:
-    """`x` as aie2p's bfp16 emulation of a bf16 MAC sees it (a model, for
-    judging tolerances): blocks of 8 consecutive values along the reduction
-    `axis` share the exponent of their largest, each keeping an 8-bit signed
-    mantissa, rounded to nearest. float32 out; the axis must hold whole
-    blocks."""
-    moved = np.moveaxis(np.asarray(x, np.float32), axis, -1)
-    blocks = moved.reshape(*moved.shape[:-1], -1, 8)
-    top = np.abs(blocks).max(axis=-1, keepdims=True)
-    step = np.exp2(np.floor(np.log2(np.where(top > 0, top, 1))) - 6)  # top / step in [64, 128)
-    quantised = np.clip(np.round(blocks / step), -128, 127) * step
-    return np.moveaxis(quantised.reshape(moved.shape), -1, axis).astype(np.float32)
+def c_depth(device: Device, tile_m, tile_k, tile_n, dtype_in, dtype_out) -> int:
+    """Objects of a core's C fifo: 2 (the core accumulates the next tile
+    while the last drains) wherever a core's memory holds them, else 1."""
+    two = core_buffers(tile_m, tile_k, tile_n, dtype_in, dtype_out, c_depth=2)
+    return 2 if sum(two.values()) <= device.core_bytes else 1
+
+
+#: which tile a define of mm.cc is
+TILE_OF_DEFINE = {"DIM_M": "tile_m", "DIM_K": "tile_k", "DIM_N": "tile_n"}
 
 
 @attrs.frozen
@@ -154,8 +155,9 @@ class GEMM(Operator):
               "num_aie_columns": 2}),
         Case({"M": 512, "K": 192, "N": 128, "dtype_in": "int8", "dtype_out": "bf16",
               "b_col_maj": True, "c_col_maj": True, "num_aie_columns": 1}),
-        # 8-row tiles fit aie2's 4x8x4 mmul but not aie2p's 8x8x8: npu2 refuses
-        Case({"M": 96, "K": 64, "N": 128, "tile_m": 8, "tile_n": 32, "num_aie_columns": 2}),
+        # 16-row tiles, the smallest mm.cc takes on either generation (aie2's
+        # 4x8x4 bf16 mmul expanded 4 x 4, aie2p's 8x8x8 2 x 2)
+        Case({"M": 192, "K": 64, "N": 128, "tile_m": 16, "tile_n": 32, "num_aie_columns": 2}),
     )  # fmt: skip
 
     @staticmethod
@@ -222,15 +224,9 @@ class GEMM(Operator):
             )
 
     def _check_tiles(self):
-        r, s, t = mac_shape(self.device, self.dtype_in)
-        where = f"on {self.device.name}" if self.device is not None else "on any device"
-        block = f"the kernel computes 2 x 2 blocks of {r}x{s}x{t} MACs {where}"
-        require(self, "tile_m", self.tile_m >= 1 and self.tile_m % (2 * r) == 0,
-                f"a multiple of {2 * r} ({block})")  # fmt: skip
-        require(self, "tile_k", self.tile_k >= 1 and self.tile_k % s == 0,
-                f"a multiple of {s} ({block})")  # fmt: skip
-        require(self, "tile_n", self.tile_n >= 1 and self.tile_n % (2 * t) == 0,
-                f"a multiple of {2 * t} ({block})")  # fmt: skip
+        for name in TILE_OF_DEFINE.values():
+            require(self, name, getattr(self, name) >= 1, "at least 1")
+        self._check_kernel()
         rows = self.tile_m * CORE_ROWS
         require(
             self,
@@ -243,6 +239,28 @@ class GEMM(Operator):
                 f"a multiple of tile_k={self.tile_k} (whole reduction steps)")  # fmt: skip
         require(self, "N", self.N % self.tile_n == 0,
                 f"a multiple of tile_n={self.tile_n} (whole column blocks)")  # fmt: skip
+
+    def _check_kernel(self):
+        """What mlir-aie's mm.cc asserts of the tile it is built for (its
+        manifest's constraints), on the device's generation or, before a
+        device is known, on both."""
+        archs = [self.device.arch] if self.device is not None else ["aie2", "aie2p"]
+        din = element_type(self.dtype_in).name
+        tiles = (self.tile_m, self.tile_k, self.tile_n)
+        for arch in archs:
+            kernel = matmul_kernel(arch, din, *tiles, mmul_shape(arch, din), self.b_col_maj)
+            for entry, constraint, _ in broken_constraints([load("iron.ops.gemm")], kernel, arch):
+                rule = constraint.rule
+                named = [p for d, p in TILE_OF_DEFINE.items() if d in rule]
+                for define, parameter in TILE_OF_DEFINE.items():
+                    rule = rule.replace(define, parameter)
+                require(
+                    self,
+                    named[0] if named else "dtype_in",
+                    False,
+                    f"{entry.source.removeprefix('aie_kernels/')} {entry.symbol} needs {rule} "
+                    f"({constraint.cites})",
+                )
 
     @staticmethod
     def design(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tile_m, tile_k, tile_n,
@@ -277,13 +295,16 @@ class GEMM(Operator):
         """int8 to int32: exact. int8 to bf16: one rounding. bf16 in:
         relative 0.04 with an absolute floor of a budget times the product's
         mass, K * mean|A| * mean|B| (see `product_tolerance`): of `inputs`
-        (A, B) when given, else of standard-normal inputs. The budget: 1e-2
-        on aie2p (bf16 emulated through bfp16) or an unknown device, 2e-4 on
-        aie2."""
+        (A, B) when given, else of standard-normal inputs. The budget: on
+        aie2p (bf16 emulated through bfp16) or an unknown device
+        max(1e-2, 0.1 / sqrt(K)) (`common.emulated_budget`), on aie2 2e-4."""
         if self.integer:
             return Tolerance.exact() if self.dtype_out.kind == "i" else Tolerance.relative(2**-8)
         device = device or self.device
-        budget = EMULATED if device is None or emulated(device, self.dtype_in) else PRECISE
+        if device is None or emulated(device, self.dtype_in):
+            budget = emulated_budget(self.K)
+        else:
+            budget = PRECISE
         a, b = inputs if inputs is not None else (None, None)
         return product_tolerance(budget, self.K, mean_abs(a), mean_abs(b))
 
@@ -295,34 +316,51 @@ def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, colum
     in core memory (in the accumulator's type; narrowed to C once at the
     end) while A and B arrive in tile_k slices.
 
-    - A: one 4 tile_m x tile_k object per (row block, column group, K
-      slice) from the shim of column 0 into its memtile, split into the four
-      rows' tile_m x tile_k tiles, each broadcast to its row's cores in every
-      column, read as r x s blocks;
+    - A: as mlir-aie's whole_array example distributes it
+      (programming_examples/basic/matrix_multiplication/whole_array), through
+      min(4, columns) shim and memtile paths (2 for 3 columns: each path
+      feeds the same number of core rows): path p takes 4 / paths
+      consecutive core rows, one object per (row block, column
+      group, K slice) from the shim of column p into its memtile, split into
+      those rows' tile_m x tile_k tiles, each broadcast to its row's cores in
+      every column, read as r x s blocks;
     - B: per column, tile_k x tile_n objects (tile_n x tile_k from a
       column-major B, which the kernel reads transposed) through its memtile
       to its 4 cores, read as s x t blocks;
     - C: per column, the 4 cores' tiles joined in its memtile, read back out
       as row-major rows, or (c_col_maj) as columns the drain writes into C's
-      rows (the kernel stores column-major blocks).
+      rows. The kernel always writes row-major r x t blocks (mm.cc's
+      C_COL_MAJ path is never built: aie2's int8 matmul ignores it); a
+      narrowing cast writes the column-major blocks itself, a 4-byte C is
+      read column by column. A core's C fifo is 2 deep wherever its memory
+      holds two tiles.
 
     The runtime works a row block per round (a row block and column group
     where one shim pattern cannot hold all the groups): A once per column
     group, each column's B for every group, each column's C tiles."""
     tm, tk, tn = tiles
-    r, s, t = mmul_shape(device, dtype_in)
+    arch = device.arch
+    r, s, t = mmul_shape(arch, dtype_in)
     acc = ACCUMULATOR[dtype_in]
     direct = dtype_out == acc
-    arch = device.arch
     row_blocks, groups, k_steps = M // (CORE_ROWS * tm), N // (tn * columns), K // tk
     block_rows = CORE_ROWS * tm
     lanes = range(CORE_ROWS)
     cols = range(columns)
+    # as many as the columns allow, each feeding the same number of core rows
+    paths = max(p for p in range(1, CORE_ROWS + 1) if CORE_ROWS % p == 0 and p <= columns)
+    per_path = CORE_ROWS // paths
 
     def worker(i, c):
         return f"core_{i}_{c}"
 
-    matmul = matmul_kernel(arch, dtype_in, tm, tk, tn, (r, s, t), b_col_maj, c_col_maj)
+    matmul = matmul_kernel(arch, dtype_in, tm, tk, tn, (r, s, t), b_col_maj)
+    if direct:
+        narrow = None
+    elif c_col_maj:
+        narrow = cast_columns_kernel(acc, tm, tn, r, t)
+    else:
+        narrow = cast_kernel(acc, tm * tn)
     workers = []
     for c in cols:
         for i in lanes:
@@ -338,7 +376,8 @@ def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, colum
                 first = (*acquire, Acquire(out), zero, product, *release)
                 body, buffers = (*first, rest, Release(out)), ()
             else:
-                cast = Call(cast_kernel(arch, acc, tm * tn), (Buf("acc"), Obj(out), tm * tn))
+                count = () if c_col_maj else (tm * tn,)
+                cast = Call(narrow, (Buf("acc"), Obj(out), *count))
                 first = (*acquire, zero, product, *release)
                 body = (*first, rest, Acquire(out), cast, Release(out))
                 buffers = (LocalBuffer("acc", tm * tn, acc),)
@@ -346,14 +385,33 @@ def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, colum
 
     b_object = blocked(tn, tk, t, s) if b_col_maj else blocked(tk, tn, s, t)
     # a join's memtile sends one core's tile per BD: each is read out on its own
-    c_object = unblocked_cols(tm, tn, r, t) if c_col_maj else unblocked_rows(tm, tn, r, t)
-    fifos = [ObjectFifo("A", block_rows * tk, dtype_in, shim(0), (memtile("a_split"),))]
-    fifos += [
-        ObjectFifo(f"A{i}", tm * tk, dtype_in, memtile("a_split"),
-                   tuple(core(worker(i, c)) for c in cols), dims_to_stream=blocked(tm, tk, r, s))
-        for i in lanes
-    ]  # fmt: skip
-    links = [split("a_split", "A", [f"A{i}" for i in lanes], [i * tm * tk for i in lanes])]
+    if not c_col_maj:
+        c_object = unblocked_rows(tm, tn, r, t)
+    elif direct:
+        c_object = columns_of_row_blocks(tm, tn, r, t)
+    else:
+        c_object = unblocked_cols(tm, tn, r, t)
+    depth = c_depth(device, tm, tk, tn, element_type(dtype_in).numpy, element_type(dtype_out).numpy)
+    fifos, links = [], []
+    for p in range(paths):
+        rows_of_path = range(p * per_path, (p + 1) * per_path)
+        fifos.append(
+            ObjectFifo(f"A_in{p}", per_path * tm * tk, dtype_in, shim(p), (memtile(f"a_split{p}"),))
+        )
+        fifos += [
+            ObjectFifo(f"A{i}", tm * tk, dtype_in, memtile(f"a_split{p}"),
+                       tuple(core(worker(i, c)) for c in cols), dims_to_stream=blocked(tm, tk, r, s))
+            for i in rows_of_path
+        ]  # fmt: skip
+        links.append(
+            split(
+                f"a_split{p}",
+                f"A_in{p}",
+                [f"A{i}" for i in rows_of_path],
+                [j * tm * tk for j in range(per_path)],
+                tile=Tile(p, 1),
+            )
+        )
     for c in cols:
         fifos += [
             ObjectFifo(f"B{c}", tk * tn, dtype_in, shim(c), (memtile(f"b_forward{c}"),)),
@@ -364,7 +422,7 @@ def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, colum
         ]  # fmt: skip
         fifos += [
             ObjectFifo(f"C{i}_{c}", tm * tn, dtype_out, core(worker(i, c)),
-                       (memtile(f"c_join{c}"),), depth=2 if direct else 1)
+                       (memtile(f"c_join{c}"),), depth=depth)
             for i in lanes
         ]  # fmt: skip
         links += [
@@ -385,8 +443,11 @@ def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, colum
         """The runtime's tasks for row block `block` and the `count` column
         groups from `first`: the groups are each pattern's iteration
         dimension (A's with stride 0: the same row block for every group)."""
-        a_tap = TAP(block * block_rows * K, (count, k_steps, block_rows, tk), (0, tk, K, 1))
-        tasks = [Fill("A", "A", a_tap)]
+        tasks = []
+        for p in range(paths):
+            first_row = block * block_rows + p * per_path * tm
+            sizes = (count, k_steps, per_path * tm, tk)
+            tasks.append(Fill(f"A_in{p}", "A", TAP(first_row * K, sizes, (0, tk, K, 1))))
         for c in cols:
             (b_step, sizes, strides), b_group = b_row, b_row[0] * columns
             tasks.append(
@@ -419,7 +480,8 @@ def whole_array(M, K, N, b_col_maj, c_col_maj, dtype_in, dtype_out, tiles, colum
         work = [round_of(block, 0, groups) for block in range(row_blocks)]
     else:
         work = [round_of(block, g, 1) for block in range(row_blocks) for g in range(groups)]
-    shim_column = {"A": 0} | {f"B{c}": c for c in cols} | {f"C{c}": c for c in cols}
+    shim_column = {f"A_in{p}": p for p in range(paths)}
+    shim_column |= {f"B{c}": c for c in cols} | {f"C{c}": c for c in cols}
     a_shape, b_shape = (M, K), ((N, K) if b_col_maj else (K, N))
     return Design(
         f"gemm_{M}x{K}x{N}",

@@ -32,7 +32,6 @@ from iron.ops.gemm.common import (
     check_vector_reduction,
     most_columns,
     row_blocks,
-    vector_width,
 )
 from iron.ops.gemm.core_kernels import matvec_kernel
 from iron.ops.gemm.tiling import iterations, rounds, stride_fits
@@ -71,7 +70,7 @@ class GEMV(Operator):
 
     Each column takes M / num_aie_columns consecutive rows and produces them
     in tiles of tile_size_output rows, tile_size_input rows of A per kernel
-    call, reducing K in vectors of `kernel_vector_size` lanes."""
+    call, reducing K in 16-lane vectors."""
 
     M: int
     K: int
@@ -100,11 +99,6 @@ class GEMV(Operator):
             ArgSpec("x", (*batch, K), dtype, IN),
             ArgSpec("y", (*batch, M), dtype, OUT),
         ]
-
-    @property
-    def kernel_vector_size(self) -> int | None:
-        """The widest vector the kernel reduces K in (64, 32 or 16 lanes)."""
-        return vector_width(self.K)
 
     def validate(self):
         require(self, "M", self.M >= 1, "at least 1")

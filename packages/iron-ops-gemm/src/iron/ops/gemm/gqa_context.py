@@ -68,7 +68,7 @@ class GQAContext(CacheReader):
         kernel = context_kernel(rows, groups, head_dim, chunk)
         zero, cast = (
             zero_f32_kernel(rows * head_dim),
-            cast_kernel(device.arch, "f32", rows * head_dim),
+            cast_kernel("f32", rows * head_dim),
         )
         fifos, workers, tasks, shim_column = [], [], [], {}
         for c in range(columns):

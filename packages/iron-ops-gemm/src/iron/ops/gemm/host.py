@@ -21,7 +21,9 @@ Every numba kernel splits its work over outputs only (rows of a GEMV, KV
 groups of attention): one output is reduced by one thread, in an order
 fixed by the compiled loop, so results are the same bits for any thread
 count and on every run. GEMM's products are BLAS's, run on one
-BLAS thread per panel (see `gemm`). Compiled code is cached on disk (numba's
+BLAS thread per panel (see `gemm`), its panels shared out on the worker
+threads of the session that runs it (the cpu backend passes its `pool`;
+nothing of it lives in this module). Compiled code is cached on disk (numba's
 ``cache=True``: beside this module, else numba's user cache, or
 ``NUMBA_CACHE_DIR``); `warm_up` compiles (or loads) every kernel and says
 how long that took. ``NUMBA_NUM_THREADS`` sets the threads (default: every
@@ -34,7 +36,7 @@ import ctypes
 import functools
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 
 import numba
 import numpy as np
@@ -42,8 +44,7 @@ from numba import njit, prange
 
 from iron.core import bf16
 
-# the bf16 bit tricks are shared with the eltwise family's host kernels;
-# importing them there also sets numba's OpenMP wait policy before numba loads
+# the bf16 bit tricks are shared with the eltwise family's host kernels
 from iron.ops.eltwise.host import bits16 as _bits16
 from iron.ops.eltwise.host import to_bf16 as _round
 from iron.ops.eltwise.host import widen as _widen
@@ -159,12 +160,13 @@ def _round_into(block, out, start, column_major):
                 out[i, start + j] = _round(block[j, i])
 
 
-def gemm(op, A, B, C):
+def gemm(op, A, B, C, *, pool=None):
     """bf16 GEMMs: the weight's columns in fixed panels, each widened to
     float32, multiplied by single-threaded BLAS sgemm and kept or rounded
-    once, the panels shared out among the threads. The bits depend only on
-    the shapes: not on the thread count, nor on the run. int8 GEMMs run the
-    reference."""
+    once, the panels shared out among the threads of `pool` (the session's
+    `iron.dispatch.host.HostPool`; None: this thread alone). The bits depend
+    only on the shapes: not on the thread count, nor on the run. int8 GEMMs
+    run the reference."""
     if op.dtype_in != bf16:
         C[...] = op.reference(A, B)
         return
@@ -176,7 +178,7 @@ def gemm(op, A, B, C):
     panels = iter(range(0, op.N, step))  # shared: a worker takes the next one when free
 
     def work():
-        panel = _panel_buffer(step * op.K)
+        panel = _panel_buffer(pool, step * op.K)
         for start in panels:
             width = min(step, op.N - start)
             widened = panel[: width * op.K].reshape(width, op.K)
@@ -192,35 +194,39 @@ def gemm(op, A, B, C):
             else:
                 C[:, start : start + width] = block.T
 
-    _share_out(work)
+    _share_out(work, pool)
 
 
 # ---- GEMM's threads ---------------------------------------------------------------
 
-_local = threading.local()
-_pool: ThreadPoolExecutor | None = None
+#: OpenBLAS's thread count is one per process, whoever changes it: GEMMs of
+#: every session take turns holding it at one thread (a lock per session
+#: would let one session restore it while another's panels run)
 _blas_lock = threading.Lock()
 
 
-def _panel_buffer(size: int) -> np.ndarray:
-    """This thread's float32 panel, kept between calls: a fresh array per
-    panel would fault (and zero) its pages on every use."""
-    buffer = getattr(_local, "panel", None)
+def _panel_buffer(pool, size: int) -> np.ndarray:
+    """This thread's float32 panel, kept between calls in the pool's
+    per-thread storage (a fresh array per panel would fault, and zero, its
+    pages on every use); a fresh one without a pool."""
+    local = pool.local if pool is not None else None
+    buffer = getattr(local, "panel", None)
     if buffer is None or buffer.size < size:
-        buffer = _local.panel = np.empty(size, np.float32)
+        buffer = np.empty(size, np.float32)
+        if local is not None:
+            local.panel = buffer
     return buffer
 
 
-def _share_out(work) -> None:
-    """Run `work` on numba's thread count of threads at once, BLAS held to
-    one thread meanwhile (process-wide, so GEMMs take turns): each sgemm
+def _share_out(work, pool) -> None:
+    """Run `work` on numba's thread count of threads of `pool` at once, BLAS
+    held to one thread meanwhile (process-wide, so GEMMs take turns): each sgemm
     then sums in single-threaded OpenBLAS's order whichever thread runs it,
     and no BLAS worker spins for a core the other panels need (OpenBLAS's
     threads busy-wait on each other inside a call, and stall when a shared
     host takes one of their cores). Where the BLAS's thread count cannot be
     set, `work` runs once, on the BLAS's own threads (the bits may then
     depend on their count)."""
-    global _pool
     blas = _blas_threads()
     if blas is None:
         work()
@@ -231,12 +237,10 @@ def _share_out(work) -> None:
         previous = get_blas_threads()
         set_blas_threads(1)
         try:
-            if threads == 1:
+            if threads == 1 or pool is None:
                 work()
                 return
-            if _pool is None:
-                _pool = ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, "iron-gemm")
-            running = [_pool.submit(work) for _ in range(threads)]
+            running = [pool.submit(work) for _ in range(min(threads, pool.workers))]
             wait(running)  # all of them, even when one fails: BLAS's count is restored after
             for worker in running:
                 worker.result()

@@ -15,7 +15,7 @@ from iron.design import TAP, Finish
 from iron.design.model import element_type
 
 
-def mmul_shape(device: Device | None, dtype_in) -> tuple[int, int, int]:
+def mmul_shape(arch: str | None, dtype_in) -> tuple[int, int, int]:
     """(r, s, t) of the aie::mmul blocks mlir-aie's mm.cc builds its matmul
     from, for bf16 or int8 in (`combos` in aie_kernels/aie2/mm.cc and
     aie2p/mm.cc):
@@ -23,10 +23,9 @@ def mmul_shape(device: Device | None, dtype_in) -> tuple[int, int, int]:
     - aie2 (npu1): bf16 4x8x4, int8 4x8x8;
     - aie2p (npu2): bf16 8x8x8 (emulated through bfp16), int8 8x8x8.
 
-    Before a device is known: 4x8x4 for bf16, 4x8x8 for int8, the shapes
-    whose tiles some device takes."""
+    Before the architecture is known (None): 4x8x4 for bf16, 4x8x8 for int8."""
     integer = as_dtype(dtype_in) != bf16
-    if device is not None and device.arch == "aie2p":
+    if arch == "aie2p":
         return (8, 8, 8)
     return (4, 8, 8) if integer else (4, 8, 4)
 
@@ -44,6 +43,14 @@ def unblocked_rows(rows: int, cols: int, r: int, t: int) -> tuple[tuple[int, int
     """Read an object of r x t blocks (row-major, as `blocked` writes them)
     back as a row-major (rows, cols) matrix."""
     return ((rows // r, r * cols), (r, t), (cols // t, r * t), (t, 1))
+
+
+def columns_of_row_blocks(m: int, n: int, r: int, t: int) -> tuple[tuple[int, int], ...]:
+    """Read an (m, n) tile held as r x t blocks, blocks and elements
+    row-major (as `blocked` writes them), as columns: for each of its n
+    columns, its m values in order (one element per step: 4-byte elements
+    only, a DMA moves whole words)."""
+    return ((n // t, r * t), (t, 1), (m // r, r * n), (r, t))
 
 
 def unblocked_cols(m: int, n: int, r: int, t: int) -> tuple[tuple[int, int], ...]:

@@ -7,9 +7,11 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+import safetensors
+from safetensors.numpy import save_file
 
-from iron.llama import Checkpoint, CheckpointError, SafetensorsFile, write_safetensors
-from iron.llama.checkpoint import DTYPES, LazyTensor
+from iron.lm import Checkpoint, CheckpointError, SafetensorsFile, write_safetensors
+from iron.lm.checkpoint import DTYPES, LazyTensor
 
 
 def raw_file(path: Path, header: dict, data: bytes = b"", length: int | None = None) -> Path:
@@ -91,13 +93,13 @@ def test_writer_refuses_a_short_tensor_and_leaves_nothing(tmp_path):
         ),
         (
             lambda p: p.write_bytes(struct.pack("<Q", 5) + b"{abc}"),
-            r"header at bytes \[8, 13\) is not valid JSON",
+            r"header at bytes \[8, 13\): not valid JSON",
         ),
         (
             lambda p: p.write_bytes(struct.pack("<Q", 4) + b"\xff\xfe{}"),
-            r"header at bytes \[8, 12\) is not valid JSON",
+            r"header at bytes \[8, 12\): not UTF-8 text",
         ),
-        (lambda p: raw_file(p, [1, 2]), "must be a JSON object, got list"),
+        (lambda p: raw_file(p, [1, 2]), "must hold a JSON object, not an array"),
         (
             lambda p: raw_file(p, {"w": entry("Q4", [2], 0, 2)}, b"\0\0"),
             "tensor 'w' has unknown dtype 'Q4'",
@@ -339,7 +341,7 @@ def test_close_refuses_while_views_are_alive(tmp_path):
 
 
 def test_release_without_madvise_is_a_noop_that_says_why(tmp_path, monkeypatch):
-    import iron.llama.checkpoint as checkpoint_module
+    import iron.lm.checkpoint as checkpoint_module
 
     monkeypatch.setattr(checkpoint_module, "_MADVISE", False)
     path = tmp_path / "m.safetensors"
@@ -350,3 +352,135 @@ def test_release_without_madvise_is_a_noop_that_says_why(tmp_path, monkeypatch):
             assert file.release(w) == 0
         assert np.array_equal(w, np.ones(1024))
         del w
+
+
+# ---- parity with the official safetensors package ----
+
+PARITY_DTYPES = {"BF16": ml_dtypes.bfloat16, "F32": np.float32, "F16": np.float16, "I8": np.int8}
+
+
+def parity_tensors(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, dtype in PARITY_DTYPES.items():
+        for shape in ((3, 5), (7,), (2, 0, 4), ()):
+            if np.dtype(dtype).kind == "i":
+                array = rng.integers(-128, 128, shape).astype(dtype)
+            else:
+                array = (rng.standard_normal(shape) * 100).astype(dtype)
+            key = f"{name.lower()}.{'x'.join(map(str, shape)) or 'scalar'}"
+            tensors[key] = np.asarray(array, dtype)  # a 0-d draw comes back as a scalar
+    return tensors
+
+
+def same(view: np.ndarray, array: np.ndarray) -> bool:
+    return (
+        view.dtype == array.dtype
+        and view.shape == array.shape
+        and (view.tobytes() == array.tobytes())
+    )
+
+
+def test_reads_every_tensor_the_official_package_writes(tmp_path):
+    tensors = parity_tensors(0)
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "np"})
+    with Checkpoint.open(tmp_path) as checkpoint:
+        assert sorted(checkpoint) == sorted(tensors)
+        assert checkpoint.files[0].metadata == {"format": "np"}
+        for name, array in tensors.items():
+            assert same(checkpoint[name], array), name
+
+
+def test_the_official_package_reads_every_tensor_we_write(tmp_path):
+    tensors = parity_tensors(1)
+    write_safetensors(tmp_path / "m.safetensors", tensors, metadata={"note": "ours"})
+    data = (tmp_path / "m.safetensors").read_bytes()
+    read = dict(safetensors.deserialize(data))
+    assert sorted(read) == sorted(tensors)
+    names = {np.dtype(dtype): name for name, dtype in PARITY_DTYPES.items()}
+    for name, array in tensors.items():
+        assert read[name]["dtype"] == names[array.dtype] and read[name]["shape"] == list(
+            array.shape
+        )
+        assert bytes(read[name]["data"]) == array.tobytes(), name
+    with safetensors.safe_open(tmp_path / "m.safetensors", framework="np") as f:
+        assert f.metadata() == {"note": "ours"}
+        assert same(f.get_tensor("f32.3x5"), tensors["f32.3x5"])
+
+
+def write_official_shards(directory: Path, shards: dict[str, dict[str, np.ndarray]]) -> None:
+    """Shards written by the official package, and the index as transformers writes it."""
+    weight_map, total = {}, 0
+    for shard, tensors in shards.items():
+        save_file(tensors, directory / shard, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, shard))
+        total += sum(t.nbytes for t in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def test_reads_a_checkpoint_of_several_official_shards(tmp_path):
+    tensors = parity_tensors(2)
+    names = sorted(tensors)
+    shards = {
+        f"model-0000{i + 1}-of-00003.safetensors": {n: tensors[n] for n in names[i::3]}
+        for i in range(3)
+    }
+    write_official_shards(tmp_path, shards)
+    with Checkpoint.open(tmp_path) as checkpoint:
+        assert len(checkpoint.files) == 3 and sorted(checkpoint) == names
+        for name, array in tensors.items():
+            assert same(checkpoint[name], array), name
+            assert checkpoint.release(checkpoint[name]) >= 0
+
+
+def multimodal(tmp_path: Path) -> dict[str, np.ndarray]:
+    """A checkpoint laid out as transformers writes a multimodal model: the
+    language model in two shards, the vision tower in a third."""
+    rng = np.random.default_rng(3)
+    text = {
+        "model.language_model.embed_tokens.weight": rng.standard_normal((8, 4)).astype(ml_dtypes.bfloat16),
+        "model.language_model.layers.0.mlp.up_proj.weight": rng.standard_normal((6, 4)).astype(ml_dtypes.bfloat16),
+        "model.language_model.norm.weight": np.ones(4, ml_dtypes.bfloat16),
+    }  # fmt: skip
+    vision = {"model.vision_tower.patch.weight": np.ones((3, 3), np.float32),
+              "model.multi_modal_projector.weight": np.ones((2, 2), np.float32)}  # fmt: skip
+    names = sorted(text)
+    write_official_shards(tmp_path, {
+        "model-00001-of-00003.safetensors": {names[0]: text[names[0]]},
+        "model-00002-of-00003.safetensors": {n: text[n] for n in names[1:]},
+        "model-00003-of-00003.safetensors": vision,
+    })  # fmt: skip
+    return text
+
+
+def test_a_prefix_reads_only_the_language_model_and_never_opens_the_other_shards(tmp_path):
+    text = multimodal(tmp_path)
+    (tmp_path / "model-00003-of-00003.safetensors").unlink()  # never opened: may be absent
+    with Checkpoint.open(tmp_path, prefix="model.language_model.", rename="model.") as checkpoint:
+        assert len(checkpoint.files) == 2
+        assert sorted(checkpoint) == sorted(n.replace("language_model.", "") for n in text)
+        for name, array in text.items():
+            assert same(checkpoint[name.replace("language_model.", "")], array)
+        assert checkpoint.info("model.norm.weight").name == "model.language_model.norm.weight"
+    with Checkpoint.open(tmp_path, prefix="model.language_model.") as checkpoint:
+        assert sorted(checkpoint) == sorted(text)
+    with pytest.raises(CheckpointError, match=r"model-00003-of-00003\.safetensors: no such file"):
+        Checkpoint.open(tmp_path)
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/smaps").exists(),
+    reason="needs Linux /proc/self/smaps to see resident pages",
+)
+def test_a_prefix_in_one_file_never_reads_the_other_tensors(tmp_path):
+    path = tmp_path / "model.safetensors"
+    big = np.ones(4 << 20, np.float32)  # 16 MiB of vision weights
+    small = np.arange(16, dtype=np.float32)
+    save_file({"model.language_model.w": small, "model.vision_tower.w": big}, path)
+    with Checkpoint.open(tmp_path, prefix="model.language_model.") as checkpoint:
+        assert list(checkpoint) == ["model.language_model.w"]
+        assert same(checkpoint["model.language_model.w"], small)
+        with pytest.raises(KeyError, match=r"no tensor 'model\.vision_tower\.w'"):
+            checkpoint["model.vision_tower.w"]
+        assert mapped_rss(path) < big.nbytes // 16  # the header and one tensor's pages

@@ -1,5 +1,5 @@
 """What a run of the model costs: load time, time to first token, decode
-speed and resident memory, as IRON's Llama application reports them.
+speed and resident memory, as every model app reports them.
 
 Resident memory comes from /proc/self/status: VmHWM (the peak since the
 process started) and VmRSS (now). Where there is no /proc they are None.

@@ -1,5 +1,5 @@
 """IRON's pytest plugin (entry point ``pytest11``), active wherever iron-core
-is installed.
+is installed; its public names are also importable from `iron.core.testing`.
 
 - fixtures ``device`` (each registered device in turn: npu1, npu2 and any
   a plugin adds), ``device_npu1``, ``device_npu2``;

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from iron.llama import Sampler
+from iron.lm import Sampler
 
 LOGITS = np.array([2.0, 1.0, 0.5, 3.0, -1.0, 3.0, 0.0, 1.5], dtype=np.float32)
 
@@ -92,3 +92,38 @@ def test_bad_logits():
         sampler(np.array([0.0, np.nan]))
     with pytest.raises(ValueError, match="largest logit is -inf"):
         sampler(np.full(4, -np.inf))
+
+
+def test_top_p_keeps_the_most_probable_tokens_up_to_the_mass():
+    # softmax of LOGITS at T=1: each 3.0 holds 0.348, then 2.0 holds 0.128
+    p = np.exp(LOGITS.astype(np.float64))
+    p /= p.sum()
+    assert 0.3 < p[3] < 0.6 < p[3] + p[5] < 0.75 < p[3] + p[5] + p[0]
+    sampler = Sampler(temperature=1.0, top_k=None, top_p=0.75, seed=0)
+    assert {sampler(LOGITS) for _ in range(2000)} == {0, 3, 5}
+    sampler = Sampler(temperature=1.0, top_k=None, top_p=0.6, seed=0)
+    assert {sampler(LOGITS) for _ in range(2000)} == {3, 5}
+    sampler = Sampler(temperature=1.0, top_k=None, top_p=0.3, seed=0)
+    assert {sampler(LOGITS) for _ in range(400)} == {3}  # a tie: the lower id comes first
+
+
+def test_top_p_draws_from_the_renormalised_survivors():
+    for seed in range(20):
+        u = np.random.default_rng(seed).random()
+        weights = np.array([np.exp(-1.0), 1.0, 1.0])  # ids 0, 3, 5 at T=1 relative to 3.0
+        cdf = np.cumsum(weights)
+        expected = [0, 3, 5][int(np.searchsorted(cdf, u * cdf[-1], side="right"))]
+        assert Sampler(temperature=1.0, top_k=None, top_p=0.75, seed=seed)(LOGITS) == expected
+
+
+def test_top_p_one_draws_as_if_it_were_absent():
+    logits = np.random.default_rng(4).standard_normal(300).astype(np.float32)
+    a = Sampler(temperature=0.8, top_k=40, seed=9, top_p=1.0)
+    b = Sampler(temperature=0.8, top_k=40, seed=9)
+    assert [a(logits) for _ in range(50)] == [b(logits) for _ in range(50)]
+
+
+@pytest.mark.parametrize("top_p", [0, -0.5, 1.5, float("nan"), True, "0.9"])
+def test_top_p_outside_zero_to_one_is_refused(top_p):
+    with pytest.raises(ValueError, match=r"top_p=.* must be a number in \(0, 1\] or None"):
+        Sampler(top_p=top_p)
