@@ -5,6 +5,7 @@ registered operator's designs.
     iron design show AddOne size=4096 --device npu1
     iron design show AddOne size=4096 --mlir
     iron design example split_join workers=4 --device npu2
+    iron design example add_one --lowered
     iron design check --device npu1 --json
 """
 
@@ -17,6 +18,7 @@ from iron.core.cli import make_operator, parse_params, table
 from iron.core.device import Device
 from iron.design.check import check
 from iron.design.examples import EXAMPLES
+from iron.design.lower import Await, Free, Lowered, SetLocks, Start, lower
 from iron.design.model import Design
 from iron.design.operators import catalog_designs, design_of
 from iron.design.place import place
@@ -40,6 +42,11 @@ def configure(parser) -> None:
         output = sub.add_mutually_exclusive_group()
         output.add_argument(
             "--mlir", action="store_true", help="print the MLIR aiecc takes instead"
+        )
+        output.add_argument(
+            "--lowered",
+            action="store_true",
+            help="print the lowered form: the configuration and the runtime sequence",
         )
         output.add_argument("--json", action="store_true", help="print the design as JSON")
 
@@ -73,6 +80,9 @@ def _show(design: Design, args) -> int:
 
         print(to_mlir(design), end="")
         return 0
+    if args.lowered:
+        print(lowered_text(lower(design)))
+        return 0
     report = check(design)
     print(json.dumps(as_data(design), indent=1) if args.json else describe(design))
     return 0 if report.ok else 1
@@ -94,6 +104,7 @@ def as_data(design: Design) -> dict:
         )  # fmt: skip
     return {
         "design": design.name, "device": device.key, "digest": design.digest(),
+        "configuration": lower(design).configuration.digest(),
         "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": str(t.dtype),
                      "direction": t.direction.value} for t in design.tensors],
         "workers": [{"name": w.name, "tile": str(w.tile), "kernels": _kernels(w).split(", ")}
@@ -113,7 +124,7 @@ def describe(design: Design) -> str:
     device = design.device
     lines = [
         f"design {design.name} for {device.name} ({device.columns} columns, {device.arch}), "
-        f"digest {design.digest()[:12]}",
+        f"digest {design.digest()[:12]}, configuration {lower(design).configuration.digest()[:12]}",
         "tensors: "
         + ", ".join(f"{t.name} {t.shape} {t.dtype} {t.direction.value}" for t in design.tensors),
         "",
@@ -183,3 +194,93 @@ def check_catalog(args) -> int:
     if failed:
         print(f"{failed} design(s) break {device.name}'s limits", file=sys.stderr)
     return 1 if failed else 0
+
+
+def lowered_text(lowered: Lowered) -> str:
+    """The lowered form as tables: the configuration (pools, locks, channels
+    and their BD chains, core programs) and the runtime sequence."""
+    config, runtime = lowered.configuration, lowered.runtime
+    lines = [f"configuration {config.digest()[:12]}", ""]
+    rows = []
+    for pool in config.pools:
+        locks = [
+            f"{config.locks[i].role} {config.locks[i].init}"
+            for lane in pool.lanes
+            for i in (lane.producer, lane.consumer)
+            if i is not None
+        ] or [f"2 per slot, {config.locks[pool.slot_locks[0][0]].init}"]
+        lanes = ", ".join(
+            f"{lane.fifo} [{lane.offset}:{lane.offset + lane.length}]" for lane in pool.lanes
+        )
+        rows.append([pool.name, pool.kind, str(pool.tile), f"{pool.depth} x {pool.nbytes} B",
+                     ", ".join(dict.fromkeys(locks)), lanes])  # fmt: skip
+    lines += [table(rows, ["pool", "kind", "tile", "slots", "locks (initial value)", "lanes"]), ""]
+    by_tile: dict = {}
+    for lock in config.locks:
+        owners = by_tile.setdefault(lock.tile, {})
+        owners[lock.owner] = owners.get(lock.owner, 0) + 1
+    rows = [
+        [str(tile), str(sum(owners.values())), ", ".join(f"{o} {n}" for o, n in owners.items())]
+        for tile, owners in sorted(by_tile.items())
+    ]
+    lines += [table(rows, ["tile", "locks", "by owner"]), ""]
+    rows = []
+    for channel in sorted(config.channels, key=lambda c: (c.tile, c.direction, c.index)):
+        if channel.driver == "static":
+            chain = " ".join(
+                f"{bd.slot}{'.' + str(bd.lane) if len(config.pools[channel.pool].lanes) > 1 else ''}"
+                for bd in channel.chain
+            )
+            driven = f"slots {chain}" + (
+                f", {channel.iterations} times" if channel.iterations else ""
+            )
+        else:
+            driven = (
+                "the runtime's tasks" if channel.driver == "runtime" else "the runtime's pushes"
+            )
+        rows.append([channel.label, channel.fifo, channel.end, driven])
+    lines += [table(rows, ["channel", "fifo", "end", "BD chain"]), ""]
+    rows = [
+        [core.worker, str(core.tile), f"{core.stack} B", _ops_text(core.body)]
+        for core in config.cores
+    ]
+    if rows:
+        lines += [table(rows, ["core", "tile", "stack", "program (held before each op)"]), ""]
+    lines += ["runtime sequence", ""]
+    rows = []
+    for op in runtime.ops:
+        if isinstance(op, Start):
+            task = runtime.task(op.task)
+            channel = config.channels[task.channel]
+            ids = getattr(task, "bd_ids", None) or (task.bd_id,)
+            rows.append(
+                ["start", task.subject, channel.label, ", ".join(map(str, ids)), str(task.queued)]
+            )
+        elif isinstance(op, Await):
+            why = "room in the queue" if op.group is None else f"finish of group {op.group}"
+            rows.append(["await", runtime.task(op.task).subject, why, "", ""])
+        elif isinstance(op, Free):
+            rows.append(["free", runtime.task(op.task).subject, "", "", ""])
+        elif isinstance(op, SetLocks):
+            owners = ", ".join(str(config.locks[i]) for i in op.locks)
+            rows.append(["set lock", f"{owners} to {op.value}", "", "", ""])
+    lines.append(table(rows, ["op", "task", "channel / why", "BD ids", "queued"]))
+    return "\n".join(lines)
+
+
+def _ops_text(body) -> str:
+    words = []
+    for lowered in body:
+        op, (held) = lowered.op, lowered.held
+        name = type(op).__name__
+        if name in ("Acquire", "Release"):
+            lo, hi = held.of(op.fifo)
+            count = f"{lo}" if lo == hi else f"{lo}..{hi}"
+            words.append(f"{name.lower()} {op.fifo} {op.n} (holds {count})")
+        elif name == "Call":
+            words.append(f"call {op.kernel.symbol}")
+        elif name == "Loop":
+            words.append(f"loop {op.count} [{_ops_text(lowered.body)}]")
+        else:
+            words.append(f"{name} {op.barrier} {op.value}")
+    return "; ".join(words)
