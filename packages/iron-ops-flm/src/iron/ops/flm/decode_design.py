@@ -165,9 +165,9 @@ def _advance(state, resid_size: int) -> int:
     return at
 
 
-def hub_load_model(chunk, resid, stats, state):
+def hub_load_model(chunk, resid, stats, state, hidden):
     """x chunk into the float32 residual; its squares summed."""
-    at = _advance(state, len(resid))
+    at = _advance(state, hidden)
     if at == 0:
         stats[SUM] = 0
     resid[at : at + CHUNK] = chunk
@@ -178,11 +178,11 @@ def _inverse_rms(total, count, eps_bits) -> np.float32:
     return km.rsqrt(np.float32(total) / np.float32(count) + km.bits_float(eps_bits))
 
 
-def hub_norm_model(resid, w, out, stats, state, eps_bits):
+def hub_norm_model(resid, w, out, stats, state, eps_bits, hidden):
     """A chunk of bf16(resid * inv * w), inv = 1/sqrt(mean(resid^2) + eps)."""
-    at = _advance(state, len(resid))
+    at = _advance(state, hidden)
     if at == 0:
-        stats[INV] = _inverse_rms(stats[SUM], len(resid), eps_bits)
+        stats[INV] = _inverse_rms(stats[SUM], hidden, eps_bits)
     out[:] = (resid[at : at + CHUNK] * stats[INV] * km.f32(w)).astype(bf16)
 
 
@@ -190,27 +190,27 @@ def hub_copy_model(inp, out):
     out[:] = inp
 
 
-def hub_ctx_model(ctx, out, state):
+def hub_ctx_model(ctx, out, state, head_chunk):
     """A head-chunk of the context into the input chunk."""
     at = int(state[CTX])
-    out[at : at + len(ctx)] = ctx
-    state[CTX] = (at + len(ctx)) % CHUNK
+    out[at : at + head_chunk] = ctx
+    state[CTX] = (at + head_chunk) % CHUNK
 
 
-def hub_take_model(g, t, stats, state):
+def hub_take_model(g, t, stats, state, hidden):
     """A round of a projection's outputs into t; its squares summed."""
-    at = _advance(state, len(t))
+    at = _advance(state, hidden)
     if at == 0:
         stats[SUM_T] = 0
     t[at : at + CHUNK] = g
     stats[SUM_T] = np.float32(stats[SUM_T] + km.lane_dot(g, g))
 
 
-def hub_residual_model(t, w, resid, stats, state, eps_bits):
+def hub_residual_model(t, w, resid, stats, state, eps_bits, hidden):
     """resid += t * inv_t * w (t's norm), a chunk; the new residual's squares summed."""
-    at = _advance(state, len(resid))
+    at = _advance(state, hidden)
     if at == 0:
-        stats[INV_T] = _inverse_rms(stats[SUM_T], len(t), eps_bits)
+        stats[INV_T] = _inverse_rms(stats[SUM_T], hidden, eps_bits)
         stats[SUM] = 0
     r = resid[at : at + CHUNK] + t[at : at + CHUNK] * stats[INV_T] * km.f32(w)
     resid[at : at + CHUNK] = r
@@ -221,8 +221,8 @@ def hub_relay_model(g, out):
     out[:] = km.f32(g).astype(bf16)
 
 
-def hub_out_model(resid, out, state):
-    at = _advance(state, len(resid))
+def hub_out_model(resid, out, state, hidden):
+    at = _advance(state, hidden)
     out[:] = resid[at : at + CHUNK].astype(bf16)
 
 
@@ -235,17 +235,17 @@ def hub_scalar_model(chunk, stats):
     stats[SCALAR] = km.f32(chunk[0])
 
 
-def hub_final_model(t, w, resid, y, stats, state, eps_bits):
+def hub_final_model(t, w, resid, y, stats, state, eps_bits, hidden):
     """y = bf16((resid + t * inv_t * w) x layer scalar)."""
-    at = _advance(state, len(resid))
+    at = _advance(state, hidden)
     if at == 0:
-        stats[INV_T] = _inverse_rms(stats[SUM_T], len(t), eps_bits)
+        stats[INV_T] = _inverse_rms(stats[SUM_T], hidden, eps_bits)
     r = resid[at : at + CHUNK] + t[at : at + CHUNK] * stats[INV_T] * km.f32(w)
     y[:] = (r * stats[SCALAR]).astype(bf16)
 
 
-def hub_final_plain_model(resid, y, stats, state):
-    at = _advance(state, len(resid))
+def hub_final_plain_model(resid, y, stats, state, hidden):
+    at = _advance(state, hidden)
     y[:] = (resid[at : at + CHUNK] * stats[SCALAR]).astype(bf16)
 
 
@@ -258,10 +258,10 @@ def rope_take_model(obj, buf, state, rounds):
     state[TAKE] = (i + 1) % rounds
 
 
-def rope_vector_model(obj, vecs, state, count):
+def rope_vector_model(obj, vecs, state, count, head_chunk):
     """q_norm, k_norm and the table row arrive head-chunk by head-chunk."""
     i = int(state[VEC])
-    vecs[i * len(obj) : (i + 1) * len(obj)] = obj
+    vecs[i * head_chunk : (i + 1) * head_chunk] = obj
     state[VEC] = (i + 1) % count
 
 
@@ -277,7 +277,7 @@ def _rotated(x, cos, sin) -> np.ndarray:
     return np.concatenate([first * cos - second * sin, second * cos + first * sin])
 
 
-def rope_prepare_model(buf, vecs, state, dim, kv_new, eps_bits, *, heads: int, kv_heads: int):
+def rope_prepare_model(buf, vecs, state, dim, kv_new, eps_bits, heads, kv_heads):
     """In place, each rounded to bf16: q's heads normed (q_norm) and
     rotated; with a new key and value, k's normed (k_norm) and rotated,
     v's normed (no weight)."""
@@ -295,36 +295,36 @@ def rope_prepare_model(buf, vecs, state, dim, kv_new, eps_bits, *, heads: int, k
     state[EMIT] = 0
 
 
-def rope_emit_model(buf, out, state):
+def rope_emit_model(buf, out, state, head_chunk):
     i = int(state[EMIT])
-    out[:] = buf[i * len(out) : (i + 1) * len(out)].astype(bf16)
+    out[:] = buf[i * head_chunk : (i + 1) * head_chunk].astype(bf16)
     state[EMIT] = i + 1
 
 
-def rope_emit_both_model(buf, out, copy, state):
+def rope_emit_both_model(buf, out, copy, state, head_chunk):
     i = int(state[EMIT])
-    out[:] = copy[:] = buf[i * len(out) : (i + 1) * len(out)].astype(bf16)
+    out[:] = copy[:] = buf[i * head_chunk : (i + 1) * head_chunk].astype(bf16)
     state[EMIT] = i + 1
 
 
 # ---- the attention core's kernels ------------------------------------------------------------
 
 
-def attention_take_q_model(obj, qbuf, acc, stats, state, count):
+def attention_take_q_model(obj, qbuf, acc, stats, state, count, head_chunk, group, size):
     """A head-chunk of the group's queries; at the first, the group's
     running max (-inf), sum (0) and accumulator (0) start over."""
     i = int(state[QTAKE])
     if i == 0:
-        stats[M], stats[L] = -np.inf, 0
-        acc[:] = 0
-    qbuf[i * len(obj) : (i + 1) * len(obj)] = obj
+        stats[M, :group], stats[L, :group] = -np.inf, 0
+        acc[:size] = 0
+    qbuf[i * head_chunk : (i + 1) * head_chunk] = obj
     state[QTAKE] = (i + 1) % count
 
 
-def attention_score_model(k, qbuf, scores, state, dim):
+def attention_score_model(k, qbuf, scores, state, dim, head_chunk, group):
     """Each query head's score against one head-chunk of a key (lane_dot),
     summed over the key's chunks."""
-    hc, group = len(k), len(scores)
+    hc = head_chunk
     at = int(state[KCUR]) * hc
     q = km.f32(qbuf[: group * dim]).reshape(group, dim)[:, at : at + hc]
     part = km.lane_dot(q, km.f32(k))
@@ -332,7 +332,7 @@ def attention_score_model(k, qbuf, scores, state, dim):
     state[KCUR] = (int(state[KCUR]) + 1) % (dim // hc)
 
 
-def attention_softmax_model(scores, stats):
+def attention_softmax_model(scores, stats, group):
     """The online softmax's step for one key: m' = max(m, s), a = exp(m - m')
     and p = exp(s - m') as bf16, l = l a + p."""
     top = np.maximum(stats[M], scores)
@@ -342,21 +342,21 @@ def attention_softmax_model(scores, stats):
     stats[M], stats[ALPHA], stats[P] = top, alpha, weight
 
 
-def attention_value_model(v, acc, stats, state, dim):
+def attention_value_model(v, acc, stats, state, dim, head_chunk, group):
     """acc = acc a + p v over one head-chunk of each head's row."""
-    hc, group = len(v), stats.shape[1]
+    hc = head_chunk
     at = int(state[VCUR]) * hc
     rows = acc[: group * dim].reshape(group, dim)[:, at : at + hc]
     rows[:] = rows * stats[ALPHA][:, None] + stats[P][:, None] * km.f32(v)
     state[VCUR] = (int(state[VCUR]) + 1) % (dim // hc)
 
 
-def attention_out_model(acc, stats, ctx, state, dim, count):
+def attention_out_model(acc, stats, ctx, state, dim, count, head_chunk, group):
     """A head-chunk of the context: bf16(acc x (1 / l))."""
     i = int(state[OUTCUR])
-    at = i * len(ctx)
+    at = i * head_chunk
     inv = np.float32(1) / np.float32(stats[L][at // dim])
-    ctx[:] = (acc[at : at + len(ctx)] * inv).astype(bf16)
+    ctx[:] = (acc[at : at + head_chunk] * inv).astype(bf16)
     state[OUTCUR] = (i + 1) % count
 
 
@@ -393,40 +393,52 @@ def kernels(op: DecodeLayer) -> dict[str, Kernel]:
         "glu": k("glu", (acc, m, state, i32), glu_model),
         "chain_m_first": k("chain_m_first", (chunk_f, m, state, i32), chain_m_first_model),
         "chain_m": k("chain_m", (chunk_f, chunk_f, m, i32, state, i32), chain_m_model),
-        "hub_load": k("hub_load", (chunk_bf, resid, stats, state), hub_load_model),
-        "hub_norm": k("hub_norm", (resid, chunk_bf, chunk_bf, stats, state, i32), hub_norm_model),
+        "hub_load": k("hub_load", (chunk_bf, resid, stats, state, i32), hub_load_model),
+        "hub_norm": k(
+            "hub_norm", (resid, chunk_bf, chunk_bf, stats, state, i32, i32), hub_norm_model
+        ),
         "hub_copy": k("hub_copy", (chunk_f, chunk_f), hub_copy_model),
-        "hub_ctx": k("hub_ctx", (head, chunk_bf, state), hub_ctx_model),
-        "hub_take": k("hub_take", (chunk_f, resid, stats, state), hub_take_model),
+        "hub_ctx": k("hub_ctx", (head, chunk_bf, state, i32), hub_ctx_model),
+        "hub_take": k("hub_take", (chunk_f, resid, stats, state, i32), hub_take_model),
         "hub_residual": k(
-            "hub_residual", (resid, chunk_bf, resid, stats, state, i32), hub_residual_model
+            "hub_residual", (resid, chunk_bf, resid, stats, state, i32, i32), hub_residual_model
         ),
         "hub_relay": k("hub_relay", (chunk_f, chunk_bf), hub_relay_model),
-        "hub_out": k("hub_out", (resid, chunk_bf, state), hub_out_model),
+        "hub_out": k("hub_out", (resid, chunk_bf, state, i32), hub_out_model),
         "hub_per_layer": k("hub_per_layer", (chunk_f, chunk_bf, chunk_bf), hub_per_layer_model),
         "hub_scalar": k("hub_scalar", (chunk_bf, stats), hub_scalar_model),
         "hub_final": k(
-            "hub_final", (resid, chunk_bf, resid, chunk_bf, stats, state, i32), hub_final_model
+            "hub_final",
+            (resid, chunk_bf, resid, chunk_bf, stats, state, i32, i32),
+            hub_final_model,
         ),
         "hub_final_plain": k(
-            "hub_final_plain", (resid, chunk_bf, stats, state), hub_final_plain_model
+            "hub_final_plain", (resid, chunk_bf, stats, state, i32), hub_final_plain_model
         ),
         "rope_take": k("rope_take", (chunk_f, buf, state, i32), rope_take_model),
-        "rope_vector": k("rope_vector", (head, vecs, state, i32), rope_vector_model),
+        "rope_vector": k("rope_vector", (head, vecs, state, i32, i32), rope_vector_model),
         "rope_prepare": k(
-            "rope_prepare",
-            (buf, vecs, state, i32, i32, i32),
-            functools.partial(rope_prepare_model, heads=op.heads, kv_heads=op.kv_heads),
+            "rope_prepare", (buf, vecs, state, i32, i32, i32, i32, i32), rope_prepare_model
         ),
-        "rope_emit": k("rope_emit", (buf, head, state), rope_emit_model),
-        "rope_emit_both": k("rope_emit_both", (buf, head, head, state), rope_emit_both_model),
+        "rope_emit": k("rope_emit", (buf, head, state, i32), rope_emit_model),
+        "rope_emit_both": k(
+            "rope_emit_both", (buf, head, head, state, i32), rope_emit_both_model
+        ),
         "take_q": k(
-            "attention_take_q", (head, qbuf, gacc, astats, state, i32), attention_take_q_model
+            "attention_take_q",
+            (head, qbuf, gacc, astats, state, i32, i32, i32, i32),
+            attention_take_q_model,
         ),
-        "score": k("attention_score", (head, qbuf, scores, state, i32), attention_score_model),
-        "softmax": k("attention_softmax", (scores, astats), attention_softmax_model),
-        "value": k("attention_value", (head, gacc, astats, state, i32), attention_value_model),
-        "out": k("attention_out", (gacc, astats, head, state, i32, i32), attention_out_model),
+        "score": k(
+            "attention_score", (head, qbuf, scores, state, i32, i32, i32), attention_score_model
+        ),
+        "softmax": k("attention_softmax", (scores, astats, i32), attention_softmax_model),
+        "value": k(
+            "attention_value", (head, gacc, astats, state, i32, i32, i32), attention_value_model
+        ),
+        "out": k(
+            "attention_out", (gacc, astats, head, state, i32, i32, i32, i32), attention_out_model
+        ),
     }
 
 
@@ -509,30 +521,30 @@ def _projection_body(op, ks, p: int) -> tuple:
 
 
 def _hub_body(op, ks) -> tuple:
-    eps = km.float_bits(op.eps)
+    eps, hidden = km.float_bits(op.eps), op.hidden
     kh = op.hidden // CHUNK
     state, stats, resid, t = Buf("state"), Buf("stats"), Buf("resid"), Buf("t")
     g = "chain15"
 
     def norm_out():  # the next projection's input: a norm of the residual
-        call = Call(ks["hub_norm"], (resid, Obj("vin"), Obj("xb"), stats, state, eps))
+        call = Call(ks["hub_norm"], (resid, Obj("vin"), Obj("xb"), stats, state, eps, hidden))
         return Loop(kh, [Acquire("vin"), Acquire("xb"), call, Release("vin"), Release("xb")])
 
     def take():  # a projection's outputs, whole, into t
-        call = Call(ks["hub_take"], (Obj(g), t, stats, state))
+        call = Call(ks["hub_take"], (Obj(g), t, stats, state, hidden))
         return Loop(kh, [Acquire(g), call, Release(g)])
 
     def residual():  # resid += norm(t)
-        call = Call(ks["hub_residual"], (t, Obj("vin"), resid, stats, state, eps))
+        call = Call(ks["hub_residual"], (t, Obj("vin"), resid, stats, state, eps, hidden))
         return Loop(kh, [Acquire("vin"), call, Release("vin")])
 
     hc = head_chunk(op)
     ctx = Loop(
         CHUNK // hc,
-        [Acquire("ctx"), Call(ks["hub_ctx"], (Obj("ctx"), Obj("xb"), state)), Release("ctx")],
+        [Acquire("ctx"), Call(ks["hub_ctx"], (Obj("ctx"), Obj("xb"), state, hc)), Release("ctx")],
     )
     body = [
-        Loop(kh, [Acquire("vin"), Call(ks["hub_load"], (Obj("vin"), resid, stats, state)), Release("vin")]),
+        Loop(kh, [Acquire("vin"), Call(ks["hub_load"], (Obj("vin"), resid, stats, state, hidden)), Release("vin")]),
         norm_out(),
         Loop(Param("qkv_rounds"), [Acquire(g), Acquire("qkv"), Call(ks["hub_copy"], (Obj(g), Obj("qkv"))), Release(g), Release("qkv")]),
         Loop(Param("q_chunks"), [Acquire("xb"), ctx, Release("xb")]),
@@ -547,52 +559,53 @@ def _hub_body(op, ks) -> tuple:
     if op.per_layer:
         kp = op.per_layer // CHUNK
         gate = Call(ks["hub_per_layer"], (Obj(g), Obj("vin"), Obj("xb")))
-        final = Call(ks["hub_final"], (t, Obj("vin"), resid, Obj("y"), stats, state, eps))
+        final = Call(ks["hub_final"], (t, Obj("vin"), resid, Obj("y"), stats, state, eps, hidden))
         body += [
-            Loop(kh, [Acquire("xb"), Call(ks["hub_out"], (resid, Obj("xb"), state)), Release("xb")]),
+            Loop(kh, [Acquire("xb"), Call(ks["hub_out"], (resid, Obj("xb"), state, hidden)), Release("xb")]),
             Loop(kp, [Acquire(g), Acquire("vin"), Acquire("xb"), gate, Release(g), Release("vin"), Release("xb")]),
             take(),
             *scalar,
             Loop(kh, [Acquire("vin"), Acquire("y"), final, Release("vin"), Release("y")]),
         ]  # fmt: skip
     else:
-        final = Call(ks["hub_final_plain"], (resid, Obj("y"), stats, state))
+        final = Call(ks["hub_final_plain"], (resid, Obj("y"), stats, state, hidden))
         body += [*scalar, Loop(kh, [Acquire("y"), final, Release("y")])]
     return tuple(body)
 
 
 def _rope_body(op, ks) -> tuple:
-    eps = km.float_bits(op.eps)
+    eps, hc = km.float_bits(op.eps), head_chunk(op)
     buf, state = Buf("buf"), Buf("state")
-    both = Call(ks["rope_emit_both"], (buf, Obj("newk"), Obj("kvw"), state))
-    both_v = Call(ks["rope_emit_both"], (buf, Obj("newv"), Obj("kvw"), state))
+    both = Call(ks["rope_emit_both"], (buf, Obj("newk"), Obj("kvw"), state, hc))
+    both_v = Call(ks["rope_emit_both"], (buf, Obj("newv"), Obj("kvw"), state, hc))
     return (
         Loop(Param("qkv_rounds"), [Acquire("qkv"), Call(ks["rope_take"], (Obj("qkv"), buf, state, Param("qkv_rounds"))), Release("qkv")]),
-        Loop(Param("vector_chunks"), [Acquire("rin"), Call(ks["rope_vector"], (Obj("rin"), Buf("vecs"), state, Param("vector_chunks"))), Release("rin")]),
-        Call(ks["rope_prepare"], (buf, Buf("vecs"), state, Param("head_dim"), Param("kv_new"), eps)),
-        Loop(Param("q_chunks_all"), [Acquire("q"), Call(ks["rope_emit"], (buf, Obj("q"), state)), Release("q")]),
+        Loop(Param("vector_chunks"), [Acquire("rin"), Call(ks["rope_vector"], (Obj("rin"), Buf("vecs"), state, Param("vector_chunks"), hc)), Release("rin")]),
+        Call(ks["rope_prepare"], (buf, Buf("vecs"), state, Param("head_dim"), Param("kv_new"), eps, op.heads, op.kv_heads)),
+        Loop(Param("q_chunks_all"), [Acquire("q"), Call(ks["rope_emit"], (buf, Obj("q"), state, hc)), Release("q")]),
         Loop(Param("kv_chunks"), [Acquire("newk"), Acquire("kvw"), both, Release("newk"), Release("kvw")]),
         Loop(Param("kv_chunks"), [Acquire("newv"), Acquire("kvw"), both_v, Release("newv"), Release("kvw")]),
     )  # fmt: skip
 
 
 def _attention_body(op, ks) -> tuple:
-    state, dim = Buf("state"), Param("head_dim")
+    state, dim, hc, g = Buf("state"), Param("head_dim"), head_chunk(op), op.group
     qbuf, acc, stats, scores = Buf("q"), Buf("acc"), Buf("stats"), Buf("scores")
+    size = g * sizes(op)["dmax"]
 
     def key(kfifo, vfifo):
         return [
-            Loop(Param("head_chunks"), [Acquire(kfifo), Call(ks["score"], (Obj(kfifo), qbuf, scores, state, dim)), Release(kfifo)]),
-            Call(ks["softmax"], (scores, stats)),
-            Loop(Param("head_chunks"), [Acquire(vfifo), Call(ks["value"], (Obj(vfifo), acc, stats, state, dim)), Release(vfifo)]),
+            Loop(Param("head_chunks"), [Acquire(kfifo), Call(ks["score"], (Obj(kfifo), qbuf, scores, state, dim, hc, g)), Release(kfifo)]),
+            Call(ks["softmax"], (scores, stats, g)),
+            Loop(Param("head_chunks"), [Acquire(vfifo), Call(ks["value"], (Obj(vfifo), acc, stats, state, dim, hc, g)), Release(vfifo)]),
         ]  # fmt: skip
 
     per_group = Param("q_chunks_group")
     group = (
-        Loop(per_group, [Acquire("q"), Call(ks["take_q"], (Obj("q"), qbuf, acc, stats, state, per_group)), Release("q")]),
+        Loop(per_group, [Acquire("q"), Call(ks["take_q"], (Obj("q"), qbuf, acc, stats, state, per_group, hc, g, size)), Release("q")]),
         Loop(Param("kv_rows"), key("keys", "values")),
         Loop(Param("kv_new"), key("newk", "newv")),
-        Loop(per_group, [Acquire("ctx"), Call(ks["out"], (acc, stats, Obj("ctx"), state, dim, per_group)), Release("ctx")]),
+        Loop(per_group, [Acquire("ctx"), Call(ks["out"], (acc, stats, Obj("ctx"), state, dim, per_group, hc, g)), Release("ctx")]),
     )  # fmt: skip
     return group * op.kv_heads
 

@@ -241,7 +241,7 @@ FIRST_CORE_ROW = 2
 SOURCE = "kernels/gemma4_lm_head.cc"
 
 
-def load_model(chunk, xbuf, stats, state):
+def load_model(chunk, xbuf, stats, state, dim):
     """x chunk into xbuf at the cursor; its squares (lane_dot) added to the
     running sum, which restarts at the first chunk."""
     at = int(state[0])
@@ -249,19 +249,18 @@ def load_model(chunk, xbuf, stats, state):
         stats[0] = 0
     xbuf[at : at + len(chunk)] = chunk
     stats[0] = np.float32(stats[0] + kernel_math.lane_dot(chunk, chunk))
-    state[0] = (at + len(chunk)) % len(xbuf)
+    state[0] = (at + len(chunk)) % dim
 
 
-def norm_model(w, xbuf, stats, state, eps_bits):
+def norm_model(w, xbuf, stats, state, dim, eps_bits):
     """At the first chunk 1/sqrt(sum / dim + eps); each chunk of xbuf
     becomes bf16(x * inv * w) in place."""
     at = int(state[1])
     if at == 0:
-        mean = np.float32(stats[0]) / np.float32(len(xbuf))
-        stats[1] = kernel_math.rsqrt(mean + kernel_math.bits_float(eps_bits))
+        stats[1] = kernel_math.rsqrt(np.float32(stats[0]) / np.float32(dim) + kernel_math.bits_float(eps_bits))
     x = kernel_math.f32(xbuf[at : at + len(w)])
     xbuf[at : at + len(w)] = (x * stats[1] * kernel_math.f32(w)).astype(bf16)
-    state[1] = (at + len(w)) % len(xbuf)
+    state[1] = (at + len(w)) % dim
 
 
 def capped(z, cap_bits) -> np.ndarray:
@@ -273,10 +272,10 @@ def capped(z, cap_bits) -> np.ndarray:
     return kernel_math.tanh(z * (np.float32(1) / cap)) * cap
 
 
-def rows_model(w, xbuf, out, cap_bits, *, weights: WeightFormat):
+def rows_model(w, xbuf, out, dim, cap_bits, *, weights: WeightFormat):
     """out[r] = bf16(softcap(lane_dot(W row r, x))) for the tile's rows."""
-    dense = unpack_rows(w, len(out), len(xbuf), weights)
-    out[:] = capped(kernel_math.lane_dot(dense, kernel_math.f32(xbuf)), cap_bits).astype(bf16)
+    dense = unpack_rows(w, len(out), dim, weights)
+    out[:] = capped(kernel_math.lane_dot(dense, kernel_math.f32(xbuf[:dim])), cap_bits).astype(bf16)
 
 
 def _count_split(count: int, limit: int) -> tuple[int, int]:
@@ -290,15 +289,16 @@ def head_kernels(dim: int, weights: WeightFormat) -> tuple[Kernel, Kernel, Kerne
     source = shipped("iron.ops.flm", SOURCE)
     chunk, xbuf = Memref((CHUNK,), "bf16"), Memref((dim,), "bf16")
     state, stats = Memref((4,), "i32"), Memref((4,), "f32")
-    load = Kernel("gemma4_head_load", (chunk, xbuf, stats, state), source, load_model)
-    norm = Kernel("gemma4_head_norm", (chunk, xbuf, stats, state, Scalar()), source, norm_model)
+    i32 = Scalar()
+    load = Kernel("gemma4_head_load", (chunk, xbuf, stats, state, i32), source, load_model)
+    norm = Kernel("gemma4_head_norm", (chunk, xbuf, stats, state, i32, i32), source, norm_model)
     if weights is WeightFormat.BF16:
         tile, symbol = Memref((ROWS, dim), "bf16"), "gemma4_head_rows_bf16"
     else:
         tile, symbol = Memref((ROWS * dim // GROUP,), "bfp16ebs8"), "gemma4_head_rows_bfp16"
     rows = Kernel(
         symbol,
-        (tile, xbuf, Memref((ROWS,), "bf16"), Scalar()),
+        (tile, xbuf, Memref((ROWS,), "bf16"), i32, i32),
         source,
         functools.partial(rows_model, weights=weights),
     )
@@ -355,9 +355,9 @@ def head_design(dim, vocab, softcap, weights, eps, device) -> Design:
         for r in range(per_col):
             w, o = f"w{c}_{r}", f"o{c}_{r}"
             body = (
-                Loop(chunks, [Acquire("xin"), Call(load, (Obj("xin"), Buf("x"), Buf("stats"), Buf("state"))), Release("xin")]),
-                Loop(chunks, [Acquire("xin"), Call(norm, (Obj("xin"), Buf("x"), Buf("stats"), Buf("state"), eps_bits)), Release("xin")]),
-                Loop(rounds, [Acquire(w), Acquire(o), Call(multiply, (Obj(w), Buf("x"), Obj(o), cap_bits)), Release(w), Release(o)]),
+                Loop(chunks, [Acquire("xin"), Call(load, (Obj("xin"), Buf("x"), Buf("stats"), Buf("state"), dim)), Release("xin")]),
+                Loop(chunks, [Acquire("xin"), Call(norm, (Obj("xin"), Buf("x"), Buf("stats"), Buf("state"), dim, eps_bits)), Release("xin")]),
+                Loop(rounds, [Acquire(w), Acquire(o), Call(multiply, (Obj(w), Buf("x"), Obj(o), dim, cap_bits)), Release(w), Release(o)]),
             )  # fmt: skip
             buffers = (
                 LocalBuffer("x", (dim,), "bf16"),

@@ -319,14 +319,13 @@ def reset_model(state):
     state[WAVES] = 0
 
 
-def begin_model(acc, stats, state, core, cores, group, window, L_begin, L_end, blocks, per_head):
+def begin_model(acc, stats, state, head_dim, core, cores, group, window, L_begin, L_end, blocks,
+                per_head):  # fmt: skip
     """A wave begins: its unit's first query position, its first key, and
     the running max (-inf), sum (0) and accumulator (0) of every row."""
-    bq = acc.shape[0]
-    bk = K_ELEMS // acc.shape[1]
+    bq, bk = q_rows(head_dim), k_rows(head_dim)
     wave = int(state[WAVES]) % per_head
-    unit = wave * cores + core
-    state[FIRST_QUERY] = L_begin + unit // group * bq
+    state[FIRST_QUERY] = L_begin + (wave * cores + core) // group * bq
     state[FIRST_KEY] = first_key(wave, L_begin, L_end, blocks, cores, group, bq, bk, window)
     state[Q_SEEN] = state[BLOCK] = 0
     state[WAVES] += 1
@@ -342,7 +341,7 @@ def take_q_model(obj, qbuf, state, core):
     state[Q_SEEN] += 1
 
 
-def block_model(qbuf, kv, acc, stats, state, window):
+def block_model(qbuf, kv, acc, stats, state, head_dim, window):
     """One key block into the rows' online softmax: s = q . k (lane_dot),
     keys the query does not see at -inf; per row m' = max(m, max s), the
     rescale a = exp(m - m') and the weights p = exp(s - m') as bf16, l = l
@@ -374,7 +373,7 @@ def block_model(qbuf, kv, acc, stats, state, window):
     acc[:] = np.where(live[:, None], out, acc)
 
 
-def end_model(acc, stats, o):
+def end_model(acc, stats, o, head_dim):
     """o = bf16(acc * (1 / l))."""
     inv = np.float32(1) / kernel_math.f32(stats[1])
     o[:] = (acc * inv[:, None]).astype(bf16)
@@ -393,13 +392,13 @@ def kernels(head_dim: int) -> dict[str, Kernel]:
     return {
         "reset": Kernel("gemma4_prefill_reset", (state,), source, reset_model),
         "begin": Kernel(
-            "gemma4_prefill_begin", (acc, stats, state, *[i32] * 8), source, begin_model
+            "gemma4_prefill_begin", (acc, stats, state, *[i32] * 9), source, begin_model
         ),
         "take_q": Kernel("gemma4_prefill_take_q", (kv, qbuf, state, i32), source, take_q_model),
         "block": Kernel(
-            "gemma4_prefill_block", (qbuf, kv, acc, stats, state, i32), source, block_model
+            "gemma4_prefill_block", (qbuf, kv, acc, stats, state, i32, i32), source, block_model
         ),
-        "end": Kernel("gemma4_prefill_end", (acc, stats, o), source, end_model),
+        "end": Kernel("gemma4_prefill_end", (acc, stats, o, i32), source, end_model),
         "zero": Kernel("gemma4_prefill_zero", (o,), source, zero_model),
     }
 
@@ -446,12 +445,13 @@ def configuration(op, schedule: Schedule) -> tuple:
             i, o = c * CORES_PER_COLUMN + r, outs[r]
             begin = Call(
                 ks["begin"],
-                (Buf("acc"), Buf("stats"), Buf("state"), i, cores, op.group, window,
+                (Buf("acc"), Buf("stats"), Buf("state"), d, i, cores, op.group, window,
                  Param("L_begin"), Param("L_end"), Param("key_blocks"), Param("waves_per_head")),
             )  # fmt: skip
             take = Call(ks["take_q"], (Obj("kvq"), Buf("q"), Buf("state"), i))
             block = Call(
-                ks["block"], (Buf("q"), Obj("kvq"), Buf("acc"), Buf("stats"), Buf("state"), window)
+                ks["block"],
+                (Buf("q"), Obj("kvq"), Buf("acc"), Buf("stats"), Buf("state"), d, window),
             )
             # a core's first act of a call is an acquire: between calls it
             # waits at the top of its body
@@ -463,7 +463,7 @@ def configuration(op, schedule: Schedule) -> tuple:
                 Loop(cores - 1, [Acquire("kvq"), take, Release("kvq")]),
                 Loop(Param("key_blocks"), [Acquire("kvq"), block, Release("kvq")]),
                 Acquire(o),
-                Call(ks["end"], (Buf("acc"), Buf("stats"), Obj(o))),
+                Call(ks["end"], (Buf("acc"), Buf("stats"), Obj(o), d)),
                 Release(o),
             )
             # the reset ends the body (the image zeroes the state once)
