@@ -375,7 +375,7 @@ def kernels(op: DecodeLayer) -> dict[str, Kernel]:
     head = Memref((hc,), "bf16")
     qbuf, gacc = Memref((op.group * s["dmax"],), "bf16"), Memref((op.group * s["dmax"],), "f32")
     astats, scores = Memref((4, op.group), "f32"), Memref((op.group,), "f32")
-    tile = Memref((ROWS * CHUNK // GROUP,), "bfp16ebs8") if bfp else Memref((ROWS, CHUNK), "bf16")
+    tile = Memref((ROWS * CHUNK // GROUP,), "bfp16ebs8") if bfp else Memref((ROWS * CHUNK,), "bf16")
     i32 = Scalar()
 
     def k(symbol, args, model):

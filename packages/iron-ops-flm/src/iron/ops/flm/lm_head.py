@@ -293,7 +293,7 @@ def head_kernels(dim: int, weights: WeightFormat) -> tuple[Kernel, Kernel, Kerne
     load = Kernel("gemma4_head_load", (chunk, xbuf, stats, state, i32), source, load_model)
     norm = Kernel("gemma4_head_norm", (chunk, xbuf, stats, state, i32, i32), source, norm_model)
     if weights is WeightFormat.BF16:
-        tile, symbol = Memref((ROWS, dim), "bf16"), "gemma4_head_rows_bf16"
+        tile, symbol = Memref((ROWS * dim,), "bf16"), "gemma4_head_rows_bf16"
     else:
         tile, symbol = Memref((ROWS * dim // GROUP,), "bfp16ebs8"), "gemma4_head_rows_bfp16"
     rows = Kernel(
