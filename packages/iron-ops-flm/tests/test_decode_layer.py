@@ -7,11 +7,11 @@ weights and the KV read from DDR exactly once, one configuration for all
 four types, and corrupted transfers caught."""
 
 import attrs
+import flm_gemma4_f64 as exact
 import numpy as np
 import pytest
 from flm_gemma4 import NPU1, NPU2, SMALL, close_to_exact, layer, random_layer, rms, with_values
 
-import flm_gemma4_f64 as exact
 from iron.core import OperatorError, bf16, compare
 from iron.design import TAP, Fill, check, design_of, simulate
 from iron.design.model import canonical
@@ -89,7 +89,7 @@ def test_a_sliding_layer_sees_the_last_window_of_its_history():
     y_all, _, _ = exact.decoder_layer(as_global, inputs[0], ple, mats, norms, full, position)
     # windowed: only positions 273..400
     assert not np.allclose(y.astype(np.float64), y_all, atol=0.05)
-    want, cache = exact_step(op, mats, norms, inputs, position)
+    want, _ = exact_step(op, mats, norms, inputs, position)
     assert close_to_exact(y, want, 4 * rms(want)) is None
 
 

@@ -3,10 +3,10 @@ transformers' definitions in float64, and the kernels' arithmetic
 (iron.ops.flm.kernel_math): the Pade tanh's error, the lane order of a dot
 product, exp as a bf16."""
 
+import flm_gemma4_f64 as exact
 import numpy as np
 import pytest
 
-import flm_gemma4_f64 as exact
 from iron.ops.flm import gemma4, kernel_math
 from iron.ops.flm.decode_layer import DecodeLayer
 

@@ -11,10 +11,10 @@ from flm_gemma4 import NPU2, host_run, layer, random_layer
 from iron.core import Tolerance, compare
 from iron.ops.flm import host
 from iron.ops.flm.decode_layer import DecodeLayer
+from iron.ops.flm.gemma4 import LAYER_TYPES
 from iron.ops.flm.lm_head import LMHead
 from iron.ops.flm.prefill_attention import PrefillAttention
 from iron.ops.flm.prefill_sliding_attention import PrefillSlidingAttention
-from iron.ops.flm.gemma4 import LAYER_TYPES
 
 THREADS = sorted({1, 2, 3, numba.config.NUMBA_NUM_THREADS})
 #: a result and its reference differ by float32 summation order only: one

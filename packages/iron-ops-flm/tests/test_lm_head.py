@@ -4,13 +4,13 @@ logits within the operator's tolerance, W read from DDR exactly once, and
 a corrupted weight transfer caught."""
 
 import attrs
+import flm_gemma4_f64 as exact
 import numpy as np
 import pytest
 from flm_gemma4 import NPU1, NPU2, close_to_exact
 
-import flm_gemma4_f64 as exact
 from iron.core import OperatorError, bf16, compare
-from iron.design import TAP, Fill, check, design_of, simulate
+from iron.design import Fill, check, design_of, simulate
 from iron.ops.flm.lm_head import LMHead, WeightFormat, unpack_rows
 
 

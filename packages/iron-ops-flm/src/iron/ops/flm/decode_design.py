@@ -69,8 +69,9 @@ from iron.design import (
 )
 from iron.ops.flm import kernel_math as km
 from iron.ops.flm.decode_layer import CHUNK, CORES, ROWS, DecodeLayer, core_of
-from iron.ops.flm.lm_head import WeightFormat, unpack_rows
 from iron.ops.flm.packing import GROUP
+from iron.ops.flm.transfers import rows_tap
+from iron.ops.flm.weights import WeightFormat, as_blocks, unpack_rows
 
 SOURCE = "kernels/gemma4_decode.cc"
 FIRST_CORE_ROW = 2
@@ -724,14 +725,6 @@ def params(op: DecodeLayer, context_len: int) -> dict[str, int]:
     }
 
 
-def _rows(offset: int, rows: int, stride: int, width: int, device) -> TAP:
-    limit = device.limits("shim").max_wrap
-    if rows <= limit:
-        return TAP(offset, (rows, width), (stride, 1))
-    lo = max(n for n in range(1, limit + 1) if rows % n == 0)
-    return TAP(offset, (rows // lo, lo, width), (lo * stride, stride, 1))
-
-
 def sequence(op: DecodeLayer, context_len: int) -> list:
     """One call's runtime sequence."""
     h, d, kvh = op.hidden, op.dim, op.kv_heads
@@ -751,7 +744,7 @@ def sequence(op: DecodeLayer, context_len: int) -> list:
     for part, fifo in ((0, "keys"), (1, "values")):
         for g in range(kvh):
             for slot, rows in op.read_runs(context_len):
-                tap = _rows(part * half + slot * row + g * d, rows, row, d, op.device)
+                tap = rows_tap(part * half + slot * row + g * d, rows, row, d, op.device)
                 out.append(Fill(fifo, "cache", tap))
     if not op.is_skip:
         slot = op.slot(context_len)
@@ -789,17 +782,11 @@ def build(op: DecodeLayer, context_len: int | None = None) -> Design:
     )
 
 
-def weight_blocks(weights, op: DecodeLayer) -> np.ndarray:
-    if op.weights is WeightFormat.BF16:
-        return np.asarray(weights)
-    return np.ascontiguousarray(weights, np.uint8).view(np.dtype((np.void, 9))).reshape(-1)
-
-
 def run(op: DecodeLayer, *inputs, context_len: int) -> Simulation:
     """One call simulated on the layer's inputs (as `reference` takes
     them): `run(...)["y"]`, `["cache"]`, `.traffic`."""
     names = [spec.name for spec in op.arg_specs() if spec.reads]
     tensors = dict(zip(names, inputs))
-    tensors["weights"] = weight_blocks(tensors["weights"], op)
+    tensors["weights"] = as_blocks(tensors["weights"], op.weights)
     return simulate(build(op, context_len), tensors, params(op, context_len))
 

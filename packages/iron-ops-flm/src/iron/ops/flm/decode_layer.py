@@ -45,9 +45,9 @@ from iron.core import (
 )
 from iron.core.numerics import finite_abs
 from iron.ops.flm import gemma4
-from iron.ops.flm.gemma4 import EPS, LAYER_TYPES
-from iron.ops.flm.lm_head import WeightFormat, _weights, check_aie2p, pack_rows, unpack_rows
+from iron.ops.flm.gemma4 import EPS, LAYER_TYPES, check_aie2p
 from iron.ops.flm.packing import GROUP, GROUP_BYTES, Choice
+from iron.ops.flm.weights import WeightFormat, pack_rows, unpack_rows, weight_format
 
 #: the vectors between stages move in chunks of CHUNK values; a weight tile
 #: is ROWS rows x CHUNK columns; CORES cores share each projection, so a
@@ -122,7 +122,9 @@ class DecodeLayer(Operator):
     per_layer: int = 0
     window: int = 512
     eps: float = EPS
-    weights: WeightFormat = attrs.field(default=WeightFormat.BF16, converter=_weights)
+    weights: WeightFormat = attrs.field(
+        default=WeightFormat.BF16, converter=weight_format("DecodeLayer")
+    )
     context_len: int = per_call(0)
 
     host = "iron.ops.flm.host:decode_layer"
@@ -325,7 +327,7 @@ class DecodeLayer(Operator):
                 for s, name in enumerate(phase.mats):
                     parts[name][c] = shaped[:, s]
         for phase in self.phases():
-            for s, name in enumerate(phase.mats):
+            for name in phase.mats:
                 cores = np.empty((phase.rounds, phase.chunks, CORES, ROWS, CHUNK), np.float32)
                 for c in range(CORES // 4):
                     for r in range(4):
@@ -405,7 +407,7 @@ class DecodeLayer(Operator):
 
     def reference(self, x, *rest, context_len):
         self.check_call(context_len=context_len)
-        ple, weights, norms, rope, cache = self._split(rest)
+        ple, weights, norms, rope, cache = self.split_inputs(rest)
         mats, w = self.unpack_weights(weights), self.unpack_norms(norms)
         p, d = context_len, self.dim
         row = rope[p]
@@ -435,7 +437,7 @@ class DecodeLayer(Operator):
         y = (resid * w["layer_scalar"]).astype(bf16)
         return y if self.is_skip else (cache_out, y)
 
-    def _split(self, rest):
+    def split_inputs(self, rest):
         """(ple or None, weights, norms, rope, cache) of a call's inputs after x."""
         if self.per_layer:
             return tuple(rest)
@@ -490,7 +492,7 @@ class DecodeLayer(Operator):
             x_rms, branches, scalar, spread = 1.0, 3.0 if self.per_layer else 2.0, 1.0, 1.0
         else:
             x, *rest = inputs
-            _, _, norms, _, _ = self._split(rest)
+            _, _, norms, _, _ = self.split_inputs(rest)
             w = self.unpack_norms(norms)
             x_rms = _rms(x)
             names = ["post_attention", "post_feedforward"]

@@ -2,7 +2,8 @@
 (>= 5.5, `modeling_gemma4.py`) defines them, in float32: the RMS norm
 (`norm(x) * w`, not `1 + w`), GELU-tanh, RoPE (default and
 "proportional"), the attention mask of a layer type and the logit
-soft-cap. Also the model geometries of E2B and E4B.
+soft-cap. Also the model geometries of E2B and E4B, and the device rule of
+the Gemma kernels.
 
 Each function takes and returns float32 arrays; the operators' references
 round once, at their outputs."""
@@ -13,7 +14,7 @@ import math
 
 import numpy as np
 
-from iron.core import bf16
+from iron.core import Device, bf16, require
 
 #: eps of every RMS norm of the text model (`Gemma4TextConfig.rms_norm_eps`)
 EPS = 1e-6
@@ -146,3 +147,14 @@ def attend(q, keys, values, seen) -> np.ndarray:
         weights = weights / np.where(total > 0, total, np.float32(1))
         out[:, hs] = np.einsum("hrk,kd->rhd", weights, values[:, g])
     return out
+
+
+def check_aie2p(op, device: Device | None) -> None:
+    """The Gemma 4 kernels are aie2p-only, as FastFlowLM's are."""
+    if device is not None:
+        require(
+            op,
+            f"device={device.name}",
+            device.arch == "aie2p",
+            "the Gemma 4 kernels are aie2p-only (npu2), as FastFlowLM's are",
+        )

@@ -33,7 +33,8 @@ from numba.extending import intrinsic
 
 from iron.ops.flm import gemma4
 from iron.ops.flm.decode_layer import CHUNK, CORES, ROWS, DecodeLayer
-from iron.ops.flm.lm_head import LMHead, WeightFormat
+from iron.ops.flm.lm_head import LMHead
+from iron.ops.flm.weights import WeightFormat
 from iron.ops.flm.packing import EXPONENT_BIAS, GROUP, GROUP_BYTES
 
 #: reassociation lets a reduction vectorize; its order is still the compiled
@@ -295,7 +296,7 @@ def decode_layer(op: DecodeLayer, x, *rest, context_len):
     """The layer as its reference computes it, the projections and the
     attention in numba, the vector steps in numpy float32."""
     op.check_call(context_len=context_len)
-    ple, weights, norms, rope, cache = op._split(rest[:-1])
+    ple, weights, norms, rope, cache = op.split_inputs(rest[:-1])
     y = rest[-1]
     blob, w, eps = _Blob(op, weights), op.unpack_norms(norms), op.eps
     p, d = context_len, op.dim

@@ -39,15 +39,10 @@ from iron.design import (
     split,
 )
 from iron.ops.flm import gemma4, kernel_math
-from iron.ops.flm.gemma4 import EPS
-from iron.ops.flm.packing import (
-    GROUP,
-    GROUP_BYTES,
-    Choice,
-    Rounding,
-    from_bfp16ebs8,
-    to_bfp16ebs8,
-)
+from iron.ops.flm.gemma4 import EPS, check_aie2p
+from iron.ops.flm.packing import GROUP, GROUP_BYTES, Rounding
+from iron.ops.flm.transfers import split_count
+from iron.ops.flm.weights import WeightFormat, pack_rows, unpack_rows, weight_format
 
 #: x and the norm weight reach every core in chunks of this many bf16
 CHUNK = 256
@@ -64,50 +59,6 @@ TANH_ERROR = 1e-4
 REFERENCE_BLOCK = 64 << 20
 
 
-class WeightFormat(Choice):
-    BF16 = "bf16"
-    BFP16 = "bfp16"
-
-
-def _weights(value):
-    try:
-        return WeightFormat(value)
-    except ValueError:
-        raise ValueError(f"LMHead: weights={value!r}: bf16 or bfp16") from None
-
-
-def pack_rows(W, weights: WeightFormat, rounding: Rounding = Rounding.CONV_EVEN) -> np.ndarray:
-    """A (rows, k) weight as the Gemma 4 operators read it: bf16 as it is
-    (row-major), or bfp16ebs8 blocks of 8 consecutive k of one row
-    ((rows * k / 8, 9) bytes, row-major)."""
-    W = np.asarray(W)
-    if WeightFormat(weights) is WeightFormat.BF16:
-        return np.ascontiguousarray(W.astype(bf16))
-    rows, k = W.shape
-    blocks = to_bfp16ebs8(W.astype(np.float32).reshape(rows, k // GROUP, GROUP), rounding)
-    return blocks.reshape(rows * k // GROUP, GROUP_BYTES)
-
-
-def unpack_rows(packed, rows: int, k: int, weights: WeightFormat) -> np.ndarray:
-    """The (rows, k) float32 values a packed weight holds, as the cores read
-    them (bfp16 as (n, 9) bytes or as the design's 9-byte blocks)."""
-    if WeightFormat(weights) is WeightFormat.BF16:
-        return np.asarray(packed).reshape(rows, k).astype(np.float32)
-    blocks = np.ascontiguousarray(packed).view(np.uint8).reshape(rows, k // GROUP, GROUP_BYTES)
-    return from_bfp16ebs8(blocks).reshape(rows, k)
-
-
-def check_aie2p(op, device: Device | None) -> None:
-    """The Gemma 4 kernels are aie2p-only, as FastFlowLM's are."""
-    if device is not None:
-        require(
-            op,
-            f"device={device.name}",
-            device.arch == "aie2p",
-            "the Gemma 4 kernels are aie2p-only (npu2), as FastFlowLM's are",
-        )
-
-
 @attrs.frozen
 class LMHead(Operator):
     """logits (vocab,) = softcap(W (rms_norm(x) * norm)) for one token, bf16
@@ -118,7 +69,9 @@ class LMHead(Operator):
     dim: int
     vocab: int
     softcap: float | None = gemma4.SOFTCAP
-    weights: WeightFormat = attrs.field(default=WeightFormat.BF16, converter=_weights)
+    weights: WeightFormat = attrs.field(
+        default=WeightFormat.BF16, converter=weight_format("LMHead")
+    )
     eps: float = EPS
 
     host = "iron.ops.flm.host:lm_head"
@@ -278,13 +231,6 @@ def rows_model(w, xbuf, out, dim, cap_bits, *, weights: WeightFormat):
     out[:] = capped(kernel_math.lane_dot(dense, kernel_math.f32(xbuf[:dim])), cap_bits).astype(bf16)
 
 
-def _count_split(count: int, limit: int) -> tuple[int, int]:
-    """(hi, lo) with hi * lo == count and lo the largest divisor <= limit: a
-    count too large for one wrapped dimension, over two."""
-    lo = max(d for d in range(1, min(count, limit) + 1) if count % d == 0)
-    return count // lo, lo
-
-
 def head_kernels(dim: int, weights: WeightFormat) -> tuple[Kernel, Kernel, Kernel]:
     source = shipped("iron.ops.flm", SOURCE)
     chunk, xbuf = Memref((CHUNK,), "bf16"), Memref((dim,), "bf16")
@@ -377,7 +323,7 @@ def head_design(dim, vocab, softcap, weights, eps, device) -> Design:
                 TAP(c * block, (rounds, block // d0, d0), (rows_per_round * per_row, d0, 1)),
             )
         )
-        hi, lo = _count_split(rounds, device.limits("shim").max_wrap)
+        hi, lo = split_count(rounds, device.limits("shim").max_wrap)
         sequence.append(
             Drain(
                 f"o{c}",

@@ -64,7 +64,8 @@ from iron.design import (
     simulate,
 )
 from iron.ops.flm import gemma4, kernel_math
-from iron.ops.flm.lm_head import check_aie2p
+from iron.ops.flm.gemma4 import check_aie2p
+from iron.ops.flm.transfers import rows_tap
 
 #: positions come in rounds of 128: L_begin, L_end, max_l, chunk, window
 ROUND = 128
@@ -347,7 +348,7 @@ def block_model(qbuf, kv, acc, stats, state, head_dim, window):
     rescale a = exp(m - m') and the weights p = exp(s - m') as bf16, l = l
     a + sum p (in key order), acc = acc a + sum p v (in key order, each
     product exact, one rounding per add)."""
-    bq, d = acc.shape
+    bq = acc.shape[0]
     keys, values = kernel_math.f32(kv[0]), kernel_math.f32(kv[1])
     bk = keys.shape[0]
     qpos = int(state[FIRST_QUERY]) + np.arange(bq)
@@ -487,16 +488,6 @@ def configuration(op, schedule: Schedule) -> tuple:
 # ---- the runtime sequence ------------------------------------------------------------------
 
 
-def _rows_tap(offset: int, rows: int, stride: int, width: int, device: Device) -> TAP:
-    """`rows` rows of `width` elements, `stride` apart, from `offset`: rows
-    over two dimensions when more than a wrap holds."""
-    limit = device.limits("shim").max_wrap
-    if rows <= limit:
-        return TAP(offset, (rows, width), (stride, 1))
-    lo = max(n for n in range(1, limit + 1) if rows % n == 0)
-    return TAP(offset, (rows // lo, lo, width), (lo * stride, stride, 1))
-
-
 def _unit_tap(offset: int, units: int, group: int, op, rows: int, row0: int) -> TAP:
     """`units` consecutive (block, head) units of q or o, b-major over
     `group` heads: rows row0..row0 + rows of each block, all head_dim."""
@@ -554,7 +545,7 @@ def sequence(op, schedule: Schedule, L_begin: int, L_end: int) -> list:
                         offset, name = part * cache_half + start * row + g * d, "cache"
                     else:
                         offset, name = start * row + g * d, fifo
-                    out.append(Fill(fifo, name, _rows_tap(offset, rows, row, d, device), group=group))
+                    out.append(Fill(fifo, name, rows_tap(offset, rows, row, d, device), group=group))
             for c in range(schedule.columns):
                 unit = first_unit + c * CORES_PER_COLUMN
                 offset = unit // g_heads * bq * op.heads * d + (g * g_heads + unit % g_heads) * d
