@@ -54,8 +54,7 @@ def layer_ops(quick: bool, max_l: int) -> list[DecodeLayer]:
         else gemma4.GEMMA4_E2B
     )  # fmt: skip
     return [
-        DecodeLayer(layer_type=t, max_l=max_l, **geometry).resolve(NPU2)
-        for t in gemma4.LAYER_TYPES
+        DecodeLayer(layer_type=t, max_l=max_l, **geometry).resolve(NPU2) for t in gemma4.LAYER_TYPES
     ]
 
 
@@ -79,7 +78,7 @@ def prefill_baseline(op, q, k, v, cache, L_begin, L_end):
 def layer_baseline(op: DecodeLayer, inputs, position):
     """The layer in numpy float32, its matrices unpacked to float32 once."""
     x, *rest = inputs
-    ple, weights, norms, rope, cache = op._split(rest)
+    ple, weights, norms, rope, cache = op.split_inputs(rest)
     mats, w = op.unpack_weights(weights), op.unpack_norms(norms)
     cache32 = cache.astype(np.float32)
     d = op.dim
@@ -87,17 +86,23 @@ def layer_baseline(op: DecodeLayer, inputs, position):
     def step():
         resid = x.astype(np.float32)
         qkv = mats["qkv"] @ gemma4.rms_norm(resid, w["input"])
-        q = gemma4.rotate(gemma4.rms_norm(qkv[: op.heads * d].reshape(op.heads, d), w["q_norm"]), rope[position])
+        q = gemma4.rotate(
+            gemma4.rms_norm(qkv[: op.heads * d].reshape(op.heads, d), w["q_norm"]), rope[position]
+        )
         first = 0 if op.is_global else max(0, position + 1 - op.window)
         slots = [op.slot(p) for p in range(first, position + 1)]
-        ctx = gemma4.attend(q[None], cache32[0, slots], cache32[1, slots], np.ones((1, len(slots)), bool))
+        ctx = gemma4.attend(
+            q[None], cache32[0, slots], cache32[1, slots], np.ones((1, len(slots)), bool)
+        )
         resid = resid + gemma4.rms_norm(mats["o"] @ ctx.reshape(-1), w["post_attention"])
         h2 = gemma4.rms_norm(resid, w["pre_feedforward"])
         m = gemma4.gelu_tanh(mats["gate"] @ h2) * (mats["up"] @ h2)
         resid = resid + gemma4.rms_norm(mats["down"] @ m, w["post_feedforward"])
         if op.per_layer:
             branch = gemma4.gelu_tanh(mats["per_layer_gate"] @ resid) * ple.astype(np.float32)
-            resid = resid + gemma4.rms_norm(mats["per_layer_projection"] @ branch, w["post_per_layer_input"])
+            resid = resid + gemma4.rms_norm(
+                mats["per_layer_projection"] @ branch, w["post_per_layer_input"]
+            )
         return resid * w["layer_scalar"]
 
     return step
@@ -113,7 +118,13 @@ def host_call(kernel, op, inputs, **values):
 def row(name, shape, kernel_fn, baseline_fn, budget):
     t_kernel = median_seconds(kernel_fn, budget=budget, at_least=3)
     t_numpy = median_seconds(baseline_fn, budget=budget, at_least=3)
-    return [name, shape, f"{t_kernel * 1e3:,.1f}", f"{t_numpy * 1e3:,.1f}", f"{t_numpy / t_kernel:.2f}x"]
+    return [
+        name,
+        shape,
+        f"{t_kernel * 1e3:,.1f}",
+        f"{t_numpy * 1e3:,.1f}",
+        f"{t_numpy / t_kernel:.2f}x",
+    ]
 
 
 def cpu_rows(quick: bool) -> list[list[str]]:
@@ -181,11 +192,15 @@ def traffic_rows(quick: bool) -> list[list[str]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="scaled-down widths")
-    parser.add_argument("--write-readme", action="store_true", help="put the tables into the README")
+    parser.add_argument(
+        "--write-readme", action="store_true", help="put the tables into the README"
+    )
     args = parser.parse_args(argv)
     host.warm_up()
     cpu = markdown_table(CPU_HEADER, cpu_rows(args.quick))
-    cpu += f"\n\n{numba.get_num_threads()} numba threads on {numba.config.NUMBA_NUM_THREADS} allowed."
+    cpu += (
+        f"\n\n{numba.get_num_threads()} numba threads on {numba.config.NUMBA_NUM_THREADS} allowed."
+    )
     traffic = markdown_table(TRAFFIC_HEADER, traffic_rows(args.quick))
     print(cpu, traffic, sep="\n\n")
     if args.write_readme:

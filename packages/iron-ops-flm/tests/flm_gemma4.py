@@ -106,5 +106,12 @@ def random_layer(op, rng, scale_qk=True):
     cache[0] *= s
     x = rng.standard_normal(h).astype(bf16)
     ple = rng.standard_normal(op.per_layer).astype(bf16) if op.per_layer else None
-    inputs = [x, *([ple] if op.per_layer else []), weights, packed_norms, op.rope_table(), cache.astype(bf16)]
+    inputs = [
+        x,
+        *([ple] if op.per_layer else []),
+        weights,
+        packed_norms,
+        op.rope_table(),
+        cache.astype(bf16),
+    ]
     return mats, norms, inputs

@@ -103,7 +103,9 @@ def decoder_layer(op, x, ple, mats, norms, cache, position):
     keys, values = f64(cache[0, slots]), f64(cache[1, slots])
     k = v = None
     if not op.is_skip:
-        k = apply_rope(rms_norm((f64(mats["k"]) @ h).reshape(kv_heads, d), norms["k_norm"]), position, freq)
+        k = apply_rope(
+            rms_norm((f64(mats["k"]) @ h).reshape(kv_heads, d), norms["k_norm"]), position, freq
+        )
         v = rms_norm((f64(mats["v"]) @ h).reshape(kv_heads, d))
         keys[-1], values[-1] = stored(k), stored(v)
     ctx = attention(q[None], keys, values, [position], positions, None).reshape(-1)
@@ -114,7 +116,9 @@ def decoder_layer(op, x, ple, mats, norms, cache, position):
     residual = residual + rms_norm(mlp, norms["post_feedforward"])
     if op.per_layer:
         branch = gelu_pytorch_tanh(f64(mats["per_layer_gate"]) @ residual) * f64(ple)
-        residual = residual + rms_norm(f64(mats["per_layer_projection"]) @ branch, norms["post_per_layer_input"])
+        residual = residual + rms_norm(
+            f64(mats["per_layer_projection"]) @ branch, norms["post_per_layer_input"]
+        )
     return residual * float(norms["layer_scalar"]), k, v
 
 

@@ -48,7 +48,9 @@ def test_reference_is_the_float64_layer_within_a_rounding(layer_type, position):
         assert close_to_exact(out[0], cache, 1.0) is None
 
 
-@pytest.mark.parametrize("extra", [{"per_layer": 0}, {"double_wide_mlp": False}, {"weights": "bfp16"}])
+@pytest.mark.parametrize(
+    "extra", [{"per_layer": 0}, {"double_wide_mlp": False}, {"weights": "bfp16"}]
+)
 def test_reference_without_per_layer_inputs_double_width_or_bf16(extra):
     for layer_type in ("swa", "global_skip"):
         op = layer(layer_type, **extra)
@@ -60,7 +62,10 @@ def test_reference_without_per_layer_inputs_double_width_or_bf16(extra):
             mats = {**unpacked, "q": qkv[:q_rows], "k": qkv[q_rows : q_rows + kv_rows],
                     "v": qkv[q_rows + kv_rows :]}  # fmt: skip
         want, _ = exact_step(op, mats, norms, inputs, 9)
-        assert close_to_exact(op.call_reference(*inputs, context_len=9)[-1], want, 4 * rms(want)) is None
+        assert (
+            close_to_exact(op.call_reference(*inputs, context_len=9)[-1], want, 4 * rms(want))
+            is None
+        )
 
 
 def test_the_mlp_is_double_wide_on_shared_layers_only():
@@ -84,7 +89,9 @@ def test_a_sliding_layer_sees_the_last_window_of_its_history():
     y = op.call_reference(*inputs, context_len=position)[-1]
     ple = inputs[1]
     full = np.array(history, np.float64)
-    as_global = attrs.evolve(op, layer_type="global", global_head_dim=op.head_dim, max_l=position + 1)
+    as_global = attrs.evolve(
+        op, layer_type="global", global_head_dim=op.head_dim, max_l=position + 1
+    )
     # the same layer over the whole history, every position seen: differs
     y_all, _, _ = exact.decoder_layer(as_global, inputs[0], ple, mats, norms, full, position)
     # windowed: only positions 273..400
@@ -147,7 +154,9 @@ def test_build_parameters_are_refused_by_rule(params, message):
 
 
 def test_npu1_is_refused_by_rule():
-    with pytest.raises(OperatorError, match="DecodeLayer: device=npu1: the Gemma 4 kernels are aie2p-only"):
+    with pytest.raises(
+        OperatorError, match="DecodeLayer: device=npu1: the Gemma 4 kernels are aie2p-only"
+    ):
         DecodeLayer(layer_type="global", **SMALL).resolve(NPU1)
 
 
@@ -168,7 +177,9 @@ def test_pack_refuses_kv_on_a_shared_layer_and_wrong_shapes():
     op = layer("swa_skip")
     mats, _, _ = random_layer(layer("swa"), np.random.default_rng(0))
     with pytest.raises(OperatorError, match="DecodeLayer: k: None on a KV-shared layer"):
-        op.pack_weights(mats["q"], mats["k"], mats["v"], mats["o"], mats["gate"], mats["up"], mats["down"])
+        op.pack_weights(
+            mats["q"], mats["k"], mats["v"], mats["o"], mats["gate"], mats["up"], mats["down"]
+        )
     with pytest.raises(OperatorError, match=r"DecodeLayer: down: shape \(256, 1024\)"):
         op.pack_weights(mats["q"], None, None, mats["o"], np.zeros((1024, 256)), np.zeros((1024, 256)),
                         mats["down"], np.zeros((256, 256)), np.zeros((256, 256)))  # fmt: skip
@@ -231,20 +242,28 @@ def test_design_without_per_layer_inputs_and_with_bfp16_weights(extra):
 def test_one_configuration_serves_four_layer_types_and_every_position():
     designs = [design_of(layer(t).resolve(NPU2)) for t in LAYER_TYPES]
     designs += [decode_design.build(layer(t), p) for t in LAYER_TYPES for p in POSITIONS]
-    configurations = {canonical((d.name, d.device, d.fifos, d.links, d.workers, d.params)) for d in designs}
+    configurations = {
+        canonical((d.name, d.device, d.fifos, d.links, d.workers, d.params)) for d in designs
+    }
     assert len(configurations) == 1
     sequences = {canonical(d.sequence) for d in designs[len(LAYER_TYPES) :]}
     assert len(sequences) == len(LAYER_TYPES) * len(POSITIONS)
 
 
 def _corrupted(design, tensor, fifo, shift):
-    at = next(i for i, s in enumerate(design.sequence) if isinstance(s, Fill) and s.tensor == tensor and s.fifo == fifo)
+    at = next(
+        i
+        for i, s in enumerate(design.sequence)
+        if isinstance(s, Fill) and s.tensor == tensor and s.fifo == fifo
+    )
     fill = design.sequence[at]
     moved = attrs.evolve(fill, tap=TAP(fill.tap.offset + shift, fill.tap.sizes, fill.tap.strides))
     return attrs.evolve(design, sequence=(*design.sequence[:at], moved, *design.sequence[at + 1 :]))
 
 
-@pytest.mark.parametrize("tensor, fifo, shift", [("rope", "rin", 128), ("cache", "keys", 256), ("norms", "vin", 256)])
+@pytest.mark.parametrize(
+    "tensor, fifo, shift", [("rope", "rin", 128), ("cache", "keys", 256), ("norms", "vin", 256)]
+)
 def test_a_transfer_off_by_a_row_fails(tensor, fifo, shift):
     op = layer("global")
     _, _, inputs = random_layer(op, np.random.default_rng(2))

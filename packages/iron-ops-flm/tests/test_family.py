@@ -92,7 +92,9 @@ def test_imports_nothing_but_iron_core_iron_design_numpy_ml_dtypes_attrs():
     allowed = {"iron", "numpy", "ml_dtypes", "attrs", "__future__"} | set(sys.stdlib_module_names)
     imported = set()
     host = ast.parse((SOURCES / "host.py").read_text())
-    host_imports = {alias.name for n in ast.walk(host) if isinstance(n, ast.Import) for alias in n.names}
+    host_imports = {
+        alias.name for n in ast.walk(host) if isinstance(n, ast.Import) for alias in n.names
+    }
     host_imports |= {n.module for n in ast.walk(host) if isinstance(n, ast.ImportFrom)}
     assert {m.split(".")[0] for m in host_imports} - allowed == {"numba", "llvmlite"}
     for path in SOURCES.glob("*.py"):

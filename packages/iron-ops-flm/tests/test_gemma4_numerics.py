@@ -17,7 +17,9 @@ def test_norm_and_gelu_are_transformers_in_float32():
     w = rng.standard_normal(512).astype(np.float32)
     np.testing.assert_allclose(gemma4.rms_norm(x, w), exact.rms_norm(x, w), rtol=2e-6, atol=2e-6)
     np.testing.assert_allclose(gemma4.rms_norm(x), exact.rms_norm(x), rtol=2e-6, atol=2e-6)
-    np.testing.assert_allclose(gemma4.gelu_tanh(x), exact.gelu_pytorch_tanh(x), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(
+        gemma4.gelu_tanh(x), exact.gelu_pytorch_tanh(x), rtol=2e-6, atol=2e-6
+    )
 
 
 def test_norm_is_x_times_w_not_one_plus_w():

@@ -26,7 +26,10 @@ def cases():
     out = [(host.lm_head, LMHead(**c.params), {}) for c in LMHead.cases]
     for cls in (PrefillAttention, PrefillSlidingAttention):
         op = cls(**cls.cases[0].params)
-        out += [(host.prefill_attention, op, {"L_begin": b, "L_end": e}) for b, e in [(0, 256), (256, 384)]]
+        out += [
+            (host.prefill_attention, op, {"L_begin": b, "L_end": e})
+            for b, e in [(0, 256), (256, 384)]
+        ]
     for layer_type in LAYER_TYPES:
         out += [(host.decode_layer, layer(layer_type), {"context_len": p}) for p in (0, 300)]
     out.append((host.decode_layer, layer("swa", weights="bfp16", per_layer=0), {"context_len": 7}))

@@ -19,7 +19,11 @@ def inputs(op, seed=0):
 
 
 def simulated(op, x, norm, W):
-    blocks = W if op.weights is WeightFormat.BF16 else np.ascontiguousarray(W).view(np.dtype((np.void, 9))).reshape(-1)
+    blocks = (
+        W
+        if op.weights is WeightFormat.BF16
+        else np.ascontiguousarray(W).view(np.dtype((np.void, 9))).reshape(-1)
+    )
     return simulate(design_of(op), {"x": x, "norm": norm, "W": blocks})
 
 
@@ -73,7 +77,9 @@ def test_design_fits_and_simulates_to_the_reference(case):
     design = design_of(op)
     assert check(design).ok, str(check(design))
     run = simulated(op, x, norm, W)
-    verdict = compare(run["logits"], op.reference(x, norm, W), op.tolerance(NPU2, inputs=(x, norm, W)))
+    verdict = compare(
+        run["logits"], op.reference(x, norm, W), op.tolerance(NPU2, inputs=(x, norm, W))
+    )
     assert verdict.passed, verdict.detail
     moved = run.traffic.tensors
     # W once (its stored size), x and the norm once each, the logits once
@@ -102,7 +108,9 @@ def test_a_wrong_norm_weight_is_outside_the_tolerance():
     op = LMHead(dim=256, vocab=2048).resolve(NPU2)
     x, norm, W = inputs(op)
     run = simulated(op, x, (norm.astype(np.float32) * 1.1).astype(bf16), W)
-    assert not compare(run["logits"], op.reference(x, norm, W), op.tolerance(NPU2, inputs=(x, norm, W))).passed
+    assert not compare(
+        run["logits"], op.reference(x, norm, W), op.tolerance(NPU2, inputs=(x, norm, W))
+    ).passed
 
 
 @pytest.mark.slow
@@ -115,9 +123,13 @@ def test_e2b_head_simulates_to_the_reference(weights):
     norm = (1 + 0.1 * rng.standard_normal(op.dim)).astype(bf16)
     W = np.empty((op.vocab, op.dim), bf16)
     for start in range(0, op.vocab, 16384):
-        W[start : start + 16384] = rng.standard_normal((16384, op.dim), np.float32) * np.float32(2 / np.sqrt(op.dim))
+        W[start : start + 16384] = rng.standard_normal((16384, op.dim), np.float32) * np.float32(
+            2 / np.sqrt(op.dim)
+        )
     W = W if weights == "bf16" else op.pack(W)
     run = simulated(op, x, norm, W)
-    verdict = compare(run["logits"], op.reference(x, norm, W), op.tolerance(NPU2, inputs=(x, norm, W)))
+    verdict = compare(
+        run["logits"], op.reference(x, norm, W), op.tolerance(NPU2, inputs=(x, norm, W))
+    )
     assert verdict.passed, verdict.detail
     assert run.traffic.tensors["W"].read == W.nbytes

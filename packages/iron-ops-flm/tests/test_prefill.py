@@ -25,7 +25,10 @@ RANGES = [(0, 256), (128, 256), (256, 512)]
 
 
 def ops():
-    return [PrefillAttention(**GLOBAL).resolve(NPU2), PrefillSlidingAttention(**SLIDING).resolve(NPU2)]
+    return [
+        PrefillAttention(**GLOBAL).resolve(NPU2),
+        PrefillSlidingAttention(**SLIDING).resolve(NPU2),
+    ]
 
 
 def ids(op):
@@ -87,7 +90,9 @@ def test_chunks_chained_through_the_cache_are_one_long_prefill(op):
     outs = []
     for begin in (0, op.chunk):
         rows = slice(begin, begin + op.chunk)
-        cache, o = op.reference(q[rows], k[rows], v[rows], cache, L_begin=begin, L_end=begin + op.chunk)
+        cache, o = op.reference(
+            q[rows], k[rows], v[rows], cache, L_begin=begin, L_end=begin + op.chunk
+        )
         outs.append(o)
     positions = np.arange(total)
     want = exact.attention(q, k, v, positions, positions, op.window)
@@ -145,7 +150,9 @@ def test_build_parameters_are_refused_by_rule(cls, params, message):
 
 @pytest.mark.parametrize("cls", [PrefillAttention, PrefillSlidingAttention])
 def test_npu1_is_refused_by_rule(cls):
-    with pytest.raises(OperatorError, match=f"{cls.__name__}: device=npu1: the Gemma 4 kernels are aie2p-only"):
+    with pytest.raises(
+        OperatorError, match=f"{cls.__name__}: device=npu1: the Gemma 4 kernels are aie2p-only"
+    ):
         cls(**(GLOBAL if cls is PrefillAttention else SLIDING)).resolve(NPU1)
 
 
@@ -165,7 +172,9 @@ def test_design_simulates_to_the_reference(op, L_begin, L_end):
     q, k, v, cache = op.example_inputs(np.random.default_rng(L_end))
     run = prefill.run(op, q, k, v, cache, L_begin=L_begin, L_end=L_end)
     cache_out, o = op.reference(q, k, v, cache, L_begin=L_begin, L_end=L_end)
-    tolerance = with_values(op, L_begin=L_begin, L_end=L_end).tolerance(NPU2, inputs=(q, k, v, cache))
+    tolerance = with_values(op, L_begin=L_begin, L_end=L_end).tolerance(
+        NPU2, inputs=(q, k, v, cache)
+    )
     verdict = compare(run["o"], o, tolerance)
     assert verdict.passed, verdict.detail
     assert np.array_equal(run["cache"], cache_out)  # the chunk's rows, copied exactly
@@ -202,7 +211,9 @@ def test_swapped_query_halves_fail():
     q, k, v, cache = op.example_inputs(np.random.default_rng(0))
     design = prefill.build(op, 0, 128)
     sequence = list(design.sequence)
-    first, second = [i for i, s in enumerate(sequence) if isinstance(s, Fill) and s.tensor == "q"][:2]
+    first, second = [i for i, s in enumerate(sequence) if isinstance(s, Fill) and s.tensor == "q"][
+        :2
+    ]
     a, b = sequence[first], sequence[second]
     sequence[first] = attrs.evolve(a, tap=b.tap)
     sequence[second] = attrs.evolve(b, tap=a.tap)
@@ -230,7 +241,9 @@ def test_e2b_widths_simulate_to_the_reference(cls, params, ranges):
     for L_begin, L_end in ranges:
         run = prefill.run(op, q, k, v, cache, L_begin=L_begin, L_end=L_end)
         cache_out, o = op.reference(q, k, v, cache, L_begin=L_begin, L_end=L_end)
-        tolerance = with_values(op, L_begin=L_begin, L_end=L_end).tolerance(NPU2, inputs=(q, k, v, cache))
+        tolerance = with_values(op, L_begin=L_begin, L_end=L_end).tolerance(
+            NPU2, inputs=(q, k, v, cache)
+        )
         verdict = compare(run["o"], o, tolerance)
         assert verdict.passed, verdict.detail
         assert np.array_equal(run["cache"], cache_out)

@@ -422,9 +422,7 @@ def kernels(op: DecodeLayer) -> dict[str, Kernel]:
             "rope_prepare", (buf, vecs, state, i32, i32, i32, i32, i32), rope_prepare_model
         ),
         "rope_emit": k("rope_emit", (buf, head, state, i32), rope_emit_model),
-        "rope_emit_both": k(
-            "rope_emit_both", (buf, head, head, state, i32), rope_emit_both_model
-        ),
+        "rope_emit_both": k("rope_emit_both", (buf, head, head, state, i32), rope_emit_both_model),
         "take_q": k(
             "attention_take_q",
             (head, qbuf, gacc, astats, state, i32, i32, i32, i32),
@@ -472,7 +470,11 @@ def _projection_body(op, ks, p: int) -> tuple:
         return Loop(chunks, [Acquire("xb"), call, Release("xb")])
 
     if p == 0:
-        send = [Acquire("chain0"), Call(ks["chain_first"], (Obj("chain0"), Buf("acc"))), Release("chain0")]
+        send = [
+            Acquire("chain0"),
+            Call(ks["chain_first"], (Obj("chain0"), Buf("acc"))),
+            Release("chain0"),
+        ]
     else:
         inp, out = f"chain{p - 1}", f"chain{p}"
         call = Call(ks["chain"], (Obj(inp), Obj(out), Buf("acc"), p))
@@ -504,7 +506,11 @@ def _projection_body(op, ks, p: int) -> tuple:
             Release(f"chain{p - 1}"),
             Release(f"chain{p}"),
         ]
-    relay_in = [Acquire("xb"), Call(ks["load"], (Obj("xb"), Buf("x"), Buf("state"), mlp)), Release("xb")]
+    relay_in = [
+        Acquire("xb"),
+        Call(ks["load"], (Obj("xb"), Buf("x"), Buf("state"), mlp)),
+        Release("xb"),
+    ]
     body = [
         load(kh),
         rounds(Param("qkv_rounds"), kh, after=send),
@@ -640,7 +646,9 @@ def configuration(op: DecodeLayer) -> tuple:
         parts = [f"w{c}_{r}" for r in range(4)]
         for r, name in enumerate(parts):
             fifos.append(
-                ObjectFifo(name, (tile,), wtype, memtile(f"wsplit{c}"), (core(f"proj_{core_of(c, r)}"),))
+                ObjectFifo(
+                    name, (tile,), wtype, memtile(f"wsplit{c}"), (core(f"proj_{core_of(c, r)}"),)
+                )
             )
         links.append(
             split(f"wsplit{c}", f"w{c}", parts, [r * tile for r in range(4)], tile=Tile(c, 1))
@@ -789,4 +797,3 @@ def run(op: DecodeLayer, *inputs, context_len: int) -> Simulation:
     tensors = dict(zip(names, inputs))
     tensors["weights"] = as_blocks(tensors["weights"], op.weights)
     return simulate(build(op, context_len), tensors, params(op, context_len))
-

@@ -414,7 +414,10 @@ class DecodeLayer(Operator):
         resid = gemma4.f32(x)
         h = gemma4.rms_norm(resid, w["input"], self.eps)
         qkv = mats["qkv"] @ h
-        q = gemma4.rotate(gemma4.rms_norm(qkv[: self.heads * d].reshape(self.heads, d), w["q_norm"], self.eps), row)
+        q = gemma4.rotate(
+            gemma4.rms_norm(qkv[: self.heads * d].reshape(self.heads, d), w["q_norm"], self.eps),
+            row,
+        )
         cache_out = np.array(cache, copy=True)
         if not self.is_skip:
             kv = qkv[self.heads * d :].reshape(2, self.kv_heads, d)
@@ -514,7 +517,5 @@ def _tiled(packed, phase: Phase, weights: WeightFormat) -> np.ndarray:
     per_elem = GROUP if weights is WeightFormat.BFP16 else 1
     k_units = CHUNK // per_elem
     rest = () if per_elem == 1 else (GROUP_BYTES,)
-    shaped = np.asarray(packed).reshape(
-        phase.rounds, CORES, ROWS, phase.chunks, k_units, *rest
-    )
+    shaped = np.asarray(packed).reshape(phase.rounds, CORES, ROWS, phase.chunks, k_units, *rest)
     return np.swapaxes(shaped, 2, 3)

@@ -34,8 +34,8 @@ from numba.extending import intrinsic
 from iron.ops.flm import gemma4
 from iron.ops.flm.decode_layer import CHUNK, CORES, ROWS, DecodeLayer
 from iron.ops.flm.lm_head import LMHead
-from iron.ops.flm.weights import WeightFormat
 from iron.ops.flm.packing import EXPONENT_BIAS, GROUP, GROUP_BYTES
+from iron.ops.flm.weights import WeightFormat
 
 #: reassociation lets a reduction vectorize; its order is still the compiled
 #: loop's, never the thread count's
@@ -196,44 +196,46 @@ def _place(p):
 
 
 @njit(parallel=True, fastmath=_FAST, cache=True)
-def _project_bf16(blob, column_size, start, rounds, slots, chunks, x, out):
+def _project_bf16(rows, column_rows, start, rounds, slots, chunks, x, out):
     """out[s, n] = row n of matrix s of a projection . x, walking the packed
-    tiles: one task per (round, core), its ROWS rows of every matrix."""
-    tile = ROWS * CHUNK
+    tiles (`rows`: the blob as CHUNK-value tile rows): one task per (round,
+    core), its ROWS rows of every matrix, each a sum of per-chunk sums."""
     for unit in prange(rounds * CORES):
-        t, p = unit // CORES, unit % CORES
+        t, p = np.int64(unit) // CORES, np.int64(unit) % CORES
         column, row = _place(p)
-        base = column * column_size + start
+        base = column * column_rows + start
         for s in range(slots):
             for i in range(ROWS):
                 acc = np.float32(0)
                 for j in range(chunks):
-                    at = base + (((t * slots + s) * chunks + j) * 4 + row) * tile + i * CHUNK
+                    r = base + (((t * slots + s) * chunks + j) * 4 + row) * ROWS + i
+                    part = np.float32(0)
                     for k in range(CHUNK):
-                        acc += _widen(blob[at + k]) * x[j * CHUNK + k]
+                        part += _widen(rows[r, k]) * x[j * CHUNK + k]
+                    acc += part
                 out[s, t * CHUNK + p * ROWS + i] = acc
 
 
 @njit(parallel=True, fastmath=_FAST, cache=True)
-def _project_bfp16(blocks, scales, column_size, start, rounds, slots, chunks, x, out):
-    """As _project_bf16 over bfp16ebs8 blocks (offsets and sizes in blocks)."""
+def _project_bfp16(rows, scales, column_rows, start, rounds, slots, chunks, x, out):
+    """As _project_bf16 over bfp16ebs8 tile rows (CHUNK / 8 blocks of 9 bytes)."""
     per_row = CHUNK // 8
-    tile = ROWS * per_row
     for unit in prange(rounds * CORES):
-        t, p = unit // CORES, unit % CORES
+        t, p = np.int64(unit) // CORES, np.int64(unit) % CORES
         column, row = _place(p)
-        base = column * column_size + start
+        base = column * column_rows + start
         for s in range(slots):
             for i in range(ROWS):
                 acc = np.float32(0)
                 for j in range(chunks):
-                    at = base + (((t * slots + s) * chunks + j) * 4 + row) * tile + i * per_row
+                    r = base + (((t * slots + s) * chunks + j) * 4 + row) * ROWS + i
                     for b in range(per_row):
-                        block = blocks[at + b]
                         part = np.float32(0)
                         for e in range(8):
-                            part += np.float32(np.int8(block[1 + e])) * x[j * CHUNK + b * 8 + e]
-                        acc += part * scales[block[0]]
+                            part += (
+                                np.float32(np.int8(rows[r, b, 1 + e])) * x[j * CHUNK + b * 8 + e]
+                            )
+                        acc += part * scales[rows[r, b, 0]]
                 out[s, t * CHUNK + p * ROWS + i] = acc
 
 
@@ -267,18 +269,20 @@ def _decode_attention(q, cache, slots, ctx):
 
 
 class _Blob:
-    """A packed weight blob and where each projection starts in a column."""
+    """A packed weight blob as CHUNK-value tile rows, and where each
+    projection starts in a column (in tile rows)."""
 
     def __init__(self, op: DecodeLayer, weights) -> None:
-        self.op = op
         self.bfp = op.weights is WeightFormat.BFP16
-        unit = GROUP if self.bfp else 1
-        self.data = _blocks(weights) if self.bfp else _u16(weights)
-        self.column = op.weight_elements // 4 // unit
+        if self.bfp:
+            self.rows = _blocks(weights).reshape(-1, CHUNK // GROUP, GROUP_BYTES)
+        else:
+            self.rows = _u16(weights).reshape(-1, CHUNK)
+        self.column = len(self.rows) // 4
         self.starts, at = {}, 0
         for phase in op.phases():
             self.starts[phase.name] = (at, phase)
-            at += phase.rows * phase.depth * len(phase.mats) // 4 // unit
+            at += phase.rows * phase.depth * len(phase.mats) // 4 // CHUNK
 
     def project(self, name: str, x) -> np.ndarray:
         start, phase = self.starts[name]
@@ -286,9 +290,9 @@ class _Blob:
         x = np.ascontiguousarray(x, np.float32)
         args = (self.column, start, phase.rounds, len(phase.mats), phase.chunks, x, out)
         if self.bfp:
-            _project_bfp16(self.data, _SCALES, *args)
+            _project_bfp16(self.rows, _SCALES, *args)
         else:
-            _project_bf16(self.data, *args)
+            _project_bf16(self.rows, *args)
         return out
 
 
@@ -303,7 +307,9 @@ def decode_layer(op: DecodeLayer, x, *rest, context_len):
     row = rope[p]
     resid = gemma4.f32(x)
     qkv = blob.project("qkv", gemma4.rms_norm(resid, w["input"], eps))[0]
-    q = gemma4.rotate(gemma4.rms_norm(qkv[: op.heads * d].reshape(op.heads, d), w["q_norm"], eps), row)
+    q = gemma4.rotate(
+        gemma4.rms_norm(qkv[: op.heads * d].reshape(op.heads, d), w["q_norm"], eps), row
+    )
     if not op.is_skip:
         kv = qkv[op.heads * d :].reshape(2, op.kv_heads, d)
         k = gemma4.rotate(gemma4.rms_norm(kv[0], w["k_norm"], eps), row)
@@ -337,11 +343,11 @@ def warm_up() -> dict:
     _head_bfp16(np.zeros((4, 9), np.uint8), _SCALES, h, out, np.float32(1))
     rows = np.zeros((1, 1, 16), np.uint16)
     _prefill(rows, rows, rows, np.zeros((2, 1, 1, 16), np.uint16), rows.copy(), 0, 1, 0, False)
-    tile = np.zeros(CORES * ROWS * CHUNK, np.uint16)  # one round, one chunk: a tile a core
-    x = np.zeros(CHUNK, np.float32)
-    _project_bf16(tile, tile.size // 4, 0, 1, 1, 1, x, np.zeros((1, CHUNK), np.float32))
-    blocks = np.zeros((tile.size // GROUP, 9), np.uint8)
-    _project_bfp16(blocks, _SCALES, len(blocks) // 4, 0, 1, 1, 1, x, np.zeros((1, CHUNK), np.float32))
+    tiles = np.zeros((CORES * ROWS, CHUNK), np.uint16)  # one round, one chunk: a tile a core
+    x, projected = np.zeros(CHUNK, np.float32), np.zeros((1, CHUNK), np.float32)
+    _project_bf16(tiles, len(tiles) // 4, 0, 1, 1, 1, x, projected)
+    blocks = np.zeros((CORES * ROWS, CHUNK // GROUP, GROUP_BYTES), np.uint8)
+    _project_bfp16(blocks, _SCALES, len(blocks) // 4, 0, 1, 1, 1, x, projected)
     _decode_attention(np.zeros((1, 16), np.float32), np.zeros((2, 1, 1, 16), np.uint16),
                       np.zeros(1, np.int64), np.zeros((1, 16), np.float32))  # fmt: skip
     kernels = (_head_bf16, _head_bfp16, _prefill, _project_bf16, _project_bfp16, _decode_attention)
@@ -350,4 +356,3 @@ def warm_up() -> dict:
         "compiled": sum(bool(k.stats.cache_misses) for k in kernels),
         "threads": numba.get_num_threads(),
     }
-

@@ -67,7 +67,9 @@ def tanh(x) -> np.ndarray:
     x = np.clip(f32(x), -TANH_CLAMP, TANH_CLAMP)
     x2 = x * x
     p = x * (np.float32(135135) + x2 * (np.float32(17325) + x2 * (np.float32(378) + x2)))
-    q = np.float32(135135) + x2 * (np.float32(62370) + x2 * (np.float32(3150) + np.float32(28) * x2))
+    q = np.float32(135135) + x2 * (
+        np.float32(62370) + x2 * (np.float32(3150) + np.float32(28) * x2)
+    )
     return p * (np.float32(1) / q)
 
 

@@ -95,7 +95,9 @@ class LMHead(Operator):
         ]
 
     def validate(self) -> None:
-        require(self, "dim", self.dim > 0 and self.dim % CHUNK == 0, f"a positive multiple of {CHUNK}")
+        require(
+            self, "dim", self.dim > 0 and self.dim % CHUNK == 0, f"a positive multiple of {CHUNK}"
+        )
         require(self, "vocab", self.vocab > 0, "positive")
         if self.softcap is not None:
             require(self, "softcap", self.softcap > 0 and math.isfinite(self.softcap), "positive")
@@ -125,7 +127,9 @@ class LMHead(Operator):
 
     def pack(self, W, rounding: Rounding = Rounding.CONV_EVEN) -> np.ndarray:
         """The (vocab, dim) weight as this operator reads it."""
-        require(self, "W", np.shape(W) == (self.vocab, self.dim), f"shape ({self.vocab}, {self.dim})")
+        require(
+            self, "W", np.shape(W) == (self.vocab, self.dim), f"shape ({self.vocab}, {self.dim})"
+        )
         return pack_rows(W, self.weights, rounding)
 
     # ---- numerics ---------------------------------------------------------------
@@ -163,7 +167,10 @@ class LMHead(Operator):
         error times the cap; of `inputs` (x, norm, W) when given, else of
         `example_inputs`' scales."""
         if inputs is None:
-            mean_h, mean_w = 1.0 * math.sqrt(2 / math.pi), 2.0 / math.sqrt(self.dim) * math.sqrt(2 / math.pi)
+            mean_h, mean_w = (
+                1.0 * math.sqrt(2 / math.pi),
+                2.0 / math.sqrt(self.dim) * math.sqrt(2 / math.pi),
+            )
         else:
             x, norm, W = inputs
             mean_h = mean_abs(gemma4.rms_norm(x, norm, self.eps))
@@ -210,7 +217,9 @@ def norm_model(w, xbuf, stats, state, dim, eps_bits):
     becomes bf16(x * inv * w) in place."""
     at = int(state[1])
     if at == 0:
-        stats[1] = kernel_math.rsqrt(np.float32(stats[0]) / np.float32(dim) + kernel_math.bits_float(eps_bits))
+        stats[1] = kernel_math.rsqrt(
+            np.float32(stats[0]) / np.float32(dim) + kernel_math.bits_float(eps_bits)
+        )
     x = kernel_math.f32(xbuf[at : at + len(w)])
     xbuf[at : at + len(w)] = (x * stats[1] * kernel_math.f32(w)).astype(bf16)
     state[1] = (at + len(w)) % dim
@@ -270,7 +279,9 @@ def head_design(dim, vocab, softcap, weights, eps, device) -> Design:
     ]
     links, workers, sequence = [], [], []
     for c in range(cols):
-        fifos.append(ObjectFifo(f"w{c}", (per_col * tile,), wtype, shim(), (memtile(f"wsplit{c}"),)))
+        fifos.append(
+            ObjectFifo(f"w{c}", (per_col * tile,), wtype, shim(), (memtile(f"wsplit{c}"),))
+        )
         fifos += [
             ObjectFifo(f"w{c}_{r}", (tile,), wtype, memtile(f"wsplit{c}"), (core(names[c][r]),))
             for r in range(per_col)
@@ -288,7 +299,9 @@ def head_design(dim, vocab, softcap, weights, eps, device) -> Design:
             ObjectFifo(f"o{c}_{r}", (ROWS,), "bf16", core(names[c][r]), (memtile(f"ojoin{c}"),))
             for r in range(per_col)
         ]
-        fifos.append(ObjectFifo(f"o{c}", (per_col * ROWS,), "bf16", memtile(f"ojoin{c}"), (shim(),)))
+        fifos.append(
+            ObjectFifo(f"o{c}", (per_col * ROWS,), "bf16", memtile(f"ojoin{c}"), (shim(),))
+        )
         links.append(
             join(
                 f"ojoin{c}",

@@ -101,7 +101,9 @@ class PrefillBase:
             ArgSpec("q", rows, bf16, IN),
             ArgSpec("k", kv, bf16, IN),
             ArgSpec("v", kv, bf16, IN),
-            ArgSpec("cache", (2, cache_rows, kv_heads, head_dim), bf16, INOUT if writes_cache else IN),
+            ArgSpec(
+                "cache", (2, cache_rows, kv_heads, head_dim), bf16, INOUT if writes_cache else IN
+            ),
             ArgSpec("o", rows, bf16, OUT),
         ]
 
@@ -248,9 +250,7 @@ class Schedule:
         self.bq, self.bk = q_rows(op.head_dim), k_rows(op.head_dim)
         per_round = op.group * ROUND // self.bq  # units of one KV head per 128 rows
         self.columns = max(
-            c
-            for c in range(1, device.columns + 1)
-            if per_round % (CORES_PER_COLUMN * c) == 0
+            c for c in range(1, device.columns + 1) if per_round % (CORES_PER_COLUMN * c) == 0
         )
         self.cores = CORES_PER_COLUMN * self.columns
 
@@ -388,7 +388,11 @@ def kernels(head_dim: int) -> dict[str, Kernel]:
     source = shipped("iron.ops.flm", SOURCE)
     bq, bk = q_rows(head_dim), k_rows(head_dim)
     acc, stats, state = Memref((bq, head_dim), "f32"), Memref((2, bq), "f32"), Memref((8,), "i32")
-    qbuf, kv, o = Memref((bq, head_dim), "bf16"), Memref((2, bk, head_dim), "bf16"), Memref((bq, head_dim), "bf16")
+    qbuf, kv, o = (
+        Memref((bq, head_dim), "bf16"),
+        Memref((2, bk, head_dim), "bf16"),
+        Memref((bq, head_dim), "bf16"),
+    )
     i32 = Scalar()
     return {
         "reset": Kernel("gemma4_prefill_reset", (state,), source, reset_model),
@@ -439,7 +443,9 @@ def configuration(op, schedule: Schedule) -> tuple:
             ObjectFifo(o, (bq, d), "bf16", core(names[c][r]), (memtile(f"o{c}"),))
             for r, o in enumerate(outs)
         ]
-        fifos.append(ObjectFifo(f"o{c}", (CORES_PER_COLUMN * bq, d), "bf16", memtile(f"o{c}"), (shim(),)))
+        fifos.append(
+            ObjectFifo(f"o{c}", (CORES_PER_COLUMN * bq, d), "bf16", memtile(f"o{c}"), (shim(),))
+        )
         offsets = [r * bq * d for r in range(CORES_PER_COLUMN)]
         links.append(join(f"o{c}", outs, f"o{c}", offsets, tile=Tile(c, 1)))
         for r in range(CORES_PER_COLUMN):
@@ -534,7 +540,9 @@ def sequence(op, schedule: Schedule, L_begin: int, L_end: int) -> list:
         for w in range(per_head):
             group = f"g{g}w{w}"
             first_unit = w * cores
-            base = first_unit // g_heads * bq * op.heads * d + (g * g_heads + first_unit % g_heads) * d
+            base = (
+                first_unit // g_heads * bq * op.heads * d + (g * g_heads + first_unit % g_heads) * d
+            )
             for fifo, half in (("k", 0), ("v", 1)):
                 tap = _unit_tap(base, cores, g_heads, op, bq // 2, half * bq // 2)
                 out.append(Fill(fifo, "q", tap, group=group))
@@ -545,7 +553,9 @@ def sequence(op, schedule: Schedule, L_begin: int, L_end: int) -> list:
                         offset, name = part * cache_half + start * row + g * d, "cache"
                     else:
                         offset, name = start * row + g * d, fifo
-                    out.append(Fill(fifo, name, rows_tap(offset, rows, row, d, device), group=group))
+                    out.append(
+                        Fill(fifo, name, rows_tap(offset, rows, row, d, device), group=group)
+                    )
             for c in range(schedule.columns):
                 unit = first_unit + c * CORES_PER_COLUMN
                 offset = unit // g_heads * bq * op.heads * d + (g * g_heads + unit % g_heads) * d
@@ -580,7 +590,9 @@ def _cache_update(op, L_begin: int, L_end: int, device: Device) -> list:
         for lo, hi in runs:
             slot = lo if op.window is None else lo % op.window
             count = (hi - lo) * row
-            out.append(Fill("copy_in", tensor, TAP.linear(count, (lo - L_begin) * row), group="copy"))
+            out.append(
+                Fill("copy_in", tensor, TAP.linear(count, (lo - L_begin) * row), group="copy")
+            )
             target = part * op.cache_rows * row + slot * row
             out.append(Drain("copy_out", "cache", TAP.linear(count, target), group="copy"))
     return [*out, Finish("copy")]

@@ -43,7 +43,5 @@ class PrefillAttention(PrefillBase, Operator):
 
     @staticmethod
     def design(heads, kv_heads, max_l, head_dim, chunk, writes_cache, L_begin, L_end, device):
-        op = PrefillAttention(
-            heads, kv_heads, max_l, head_dim, chunk, writes_cache, device=device
-        )
+        op = PrefillAttention(heads, kv_heads, max_l, head_dim, chunk, writes_cache, device=device)
         return prefill.build(op, L_begin, L_end)

@@ -39,7 +39,9 @@ class PrefillSlidingAttention(PrefillBase, Operator):
     )  # fmt: skip
 
     @staticmethod
-    def design(heads, kv_heads, max_l, head_dim, window, chunk, writes_cache, L_begin, L_end, device):
+    def design(
+        heads, kv_heads, max_l, head_dim, window, chunk, writes_cache, L_begin, L_end, device
+    ):
         op = PrefillSlidingAttention(
             heads, kv_heads, max_l, head_dim, window, chunk, writes_cache, device=device
         )
