@@ -34,7 +34,8 @@ from numba.extending import intrinsic
 from iron.ops.flm import gemma4
 from iron.ops.flm.decode_layer import CHUNK, CORES, ROWS, DecodeLayer
 from iron.ops.flm.lm_head import LMHead
-from iron.ops.flm.packing import EXPONENT_BIAS, GROUP, GROUP_BYTES
+from iron.design.block_float import EXPONENT_BIAS
+from iron.ops.flm.packing import GROUP, GROUP_BYTES
 from iron.ops.flm.weights import WeightFormat
 
 #: reassociation lets a reduction vectorize; its order is still the compiled

@@ -97,8 +97,8 @@ void gemma4_gemv_bfp16(const bfp16ebs8 *w, const bfloat16 *x, float *acc, int32_
 void gemma4_chain_first(float *out, const float *acc) { copy_f32(acc, out, ROWS); }
 
 // what the cores before sent, this core's rows at `place`
-void gemma4_chain(const float *in, float *out, const float *acc, int32_t place) {
-  copy_f32(in, out, CHUNK);
+void gemma4_chain(const float *upstream, float *out, const float *acc, int32_t place) {
+  copy_f32(upstream, out, CHUNK);
   copy_f32(acc, out + place * ROWS, ROWS);
 }
 
@@ -119,10 +119,10 @@ void gemma4_chain_m_first(float *out, const float *m, int32_t *state, int32_t ro
   state[SEND] = (i + 1) % rounds;
 }
 
-void gemma4_chain_m(const float *in, float *out, const float *m, int32_t place, int32_t *state,
-                    int32_t rounds) {
+void gemma4_chain_m(const float *upstream, float *out, const float *m, int32_t place,
+                    int32_t *state, int32_t rounds) {
   const int32_t i = state[SEND];
-  copy_f32(in, out, CHUNK);
+  copy_f32(upstream, out, CHUNK);
   copy_f32(m + i * ROWS, out + place * ROWS, ROWS);
   state[SEND] = (i + 1) % rounds;
 }
@@ -152,7 +152,7 @@ void gemma4_hub_norm(const float *resid, const bfloat16 *w, bfloat16 *out, float
     store_bf16(out + j, ::aie::load_v<LANES>(normed_chunk + j));
 }
 
-void gemma4_hub_copy(const float *in, float *out) { copy_f32(in, out, CHUNK); }
+void gemma4_hub_copy(const float *g, float *out) { copy_f32(g, out, CHUNK); }
 
 // a head-chunk of the context into the input chunk
 void gemma4_hub_ctx(const bfloat16 *ctx, bfloat16 *out, int32_t *state, int32_t head_chunk) {
@@ -335,20 +335,24 @@ void gemma4_attention_score(const bfloat16 *k, const bfloat16 *q, float *scores,
   state[KCUR] = (state[KCUR] + 1) % (dim / head_chunk);
 }
 
-// one key's step: m' = max(m, s), a = exp(m - m'), p = exp(s - m') (bf16), l = l a + p
+// one key's step, the group's heads as lanes: m' = max(m, s), a = exp(m -
+// m') (0 where nothing was seen yet), p = exp(s - m') (bf16), l = l a + p
 void gemma4_attention_softmax(const float *scores, float *stats, int32_t group) {
   ConvEven rounding;
   float *m = stats, *l = stats + group, *alpha = stats + 2 * group, *p = stats + 3 * group;
+  ::aie::vector<float, LANES> s = ::aie::zeros<float, LANES>(), old = s, sum = s;
   for (int32_t h = 0; h < group; h++) {
-    const float top = scores[h] > m[h] ? scores[h] : m[h];
-    floats shifted = ::aie::broadcast<float, LANES>(0.0f);
-    shifted[0] = __builtin_isfinite(m[h]) ? m[h] - top : -__builtin_inff();
-    shifted[1] = scores[h] - top;
-    const bf16s e = exp_bf16(shifted);
-    alpha[h] = __builtin_isfinite(m[h]) ? (float)e[0] : 0.0f;
-    p[h] = (float)e[1];
-    l[h] = l[h] * alpha[h] + p[h];
-    m[h] = top;
+    s[h] = scores[h];
+    old[h] = __builtin_isfinite(m[h]) ? m[h] : scores[h];
+    sum[h] = l[h];
+  }
+  const ::aie::vector<float, LANES> top = ::aie::max(s, old);
+  const bf16s a = exp_bf16(::aie::sub(old, top)), e = exp_bf16(::aie::sub(s, top));
+  for (int32_t h = 0; h < group; h++) {
+    alpha[h] = __builtin_isfinite(m[h]) ? (float)a[h] : 0.0f;
+    p[h] = (float)e[h];
+    l[h] = sum[h] * alpha[h] + p[h];
+    m[h] = top[h];
   }
 }
 
