@@ -459,26 +459,30 @@ PARAMS = (
 )
 
 
+def _chain(ks, p: int, first: str, middle: str, source, *extra) -> list:
+    """Core p's step of the output chain: what the cores before it sent,
+    passed on with p's rows (from `source`) in place."""
+    out = f"chain{p}"
+    if p == 0:
+        return [Acquire(out), Call(ks[first], (Obj(out), source, *extra)), Release(out)]
+    upstream = f"chain{p - 1}"
+    call = Call(ks[middle], (Obj(upstream), Obj(out), source, p, *extra))
+    return [Acquire(upstream), Acquire(out), call, Release(upstream), Release(out)]
+
+
 def _projection_body(op, ks, p: int) -> tuple:
-    """Projection core p's program for one layer call."""
+    """Projection core p's program for one layer call: per projection, the
+    input vector's chunks into x, then per round its tiles of each matrix
+    over the chunks and the round's rows down the chain (gate and up: kept
+    as GELU(gate) x up, sent back round by round while the down
+    projection's input arrives)."""
     col, row = next((c, r) for c in range(COLUMNS) for r in range(4) if core_of(c, r) == p)
     wfifo = f"w{col}_{row}"
-    kh, hr = op.hidden // CHUNK, op.hidden // CHUNK
+    h, mlp = op.hidden // CHUNK, Param("mlp_rounds")  # the hidden vector's chunks (and rounds)
 
     def load(chunks):
         call = Call(ks["load"], (Obj("xb"), Buf("x"), Buf("state"), chunks))
         return Loop(chunks, [Acquire("xb"), call, Release("xb")])
-
-    if p == 0:
-        send = [
-            Acquire("chain0"),
-            Call(ks["chain_first"], (Obj("chain0"), Buf("acc"))),
-            Release("chain0"),
-        ]
-    else:
-        inp, out = f"chain{p - 1}", f"chain{p}"
-        call = Call(ks["chain"], (Obj(inp), Obj(out), Buf("acc"), p))
-        send = [Acquire(inp), Acquire(out), call, Release(inp), Release(out)]
 
     def rounds(count, chunks, slots=1, after=()):
         body = []
@@ -487,43 +491,27 @@ def _projection_body(op, ks, p: int) -> tuple:
             body.append(Loop(chunks, [Acquire(wfifo), call, Release(wfifo)]))
         return Loop(count, [*body, *after])
 
-    glu = Call(ks["glu"], (Buf("acc"), Buf("m"), Buf("state"), Param("mlp_rounds")))
-    mlp = Param("mlp_rounds")
-    if p == 0:
-        send_m = [
-            Acquire("chain0"),
-            Call(ks["chain_m_first"], (Obj("chain0"), Buf("m"), Buf("state"), mlp)),
-            Release("chain0"),
-        ]
-    else:
-        send_m = [
-            Acquire(f"chain{p - 1}"),
-            Acquire(f"chain{p}"),
-            Call(
-                ks["chain_m"],
-                (Obj(f"chain{p - 1}"), Obj(f"chain{p}"), Buf("m"), p, Buf("state"), mlp),
-            ),
-            Release(f"chain{p - 1}"),
-            Release(f"chain{p}"),
-        ]
+    send = _chain(ks, p, "chain_first", "chain", Buf("acc"))
+    send_m = _chain(ks, p, "chain_m_first", "chain_m", Buf("m"), Buf("state"), mlp)
+    glu = Call(ks["glu"], (Buf("acc"), Buf("m"), Buf("state"), mlp))
     relay_in = [
         Acquire("xb"),
         Call(ks["load"], (Obj("xb"), Buf("x"), Buf("state"), mlp)),
         Release("xb"),
     ]
     body = [
-        load(kh),
-        rounds(Param("qkv_rounds"), kh, after=send),
+        load(h),
+        rounds(Param("qkv_rounds"), h, after=send),
         load(Param("q_chunks")),
-        rounds(hr, Param("q_chunks"), after=send),
-        load(kh),
-        rounds(mlp, kh, slots=2, after=[glu]),
+        rounds(h, Param("q_chunks"), after=send),
+        load(h),
+        rounds(mlp, h, slots=2, after=[glu]),
         Loop(mlp, [*send_m, *relay_in]),
-        rounds(hr, mlp, after=send),
+        rounds(h, mlp, after=send),
     ]
     if op.per_layer:
         kp = op.per_layer // CHUNK
-        body += [load(kh), rounds(kp, kh, after=send), load(kp), rounds(hr, kp, after=send)]
+        body += [load(h), rounds(kp, h, after=send), load(kp), rounds(h, kp, after=send)]
     return tuple(body)
 
 

@@ -11,6 +11,7 @@ round once, at their outputs."""
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import numpy as np
 
@@ -24,34 +25,38 @@ EPS = 1e-6
 LAYER_TYPES = ("global", "swa", "global_skip", "swa_skip")
 #: RoPE per attention type (`Gemma4TextConfig.rope_parameters`' defaults):
 #: theta, and the proportional RoPE's partial_rotary_factor (None: default RoPE)
-ROPE = {"swa": (10_000.0, None), "global": (1_000_000.0, 0.25)}
+ROPE = MappingProxyType({"swa": (10_000.0, None), "global": (1_000_000.0, 0.25)})
 
 #: the geometry a DecodeLayer takes, per model (google/gemma-4-e2b and -e4b's
 #: text configs): the swa head_dim and the global one, 8 query heads over 1
 #: or 2 KV heads, the MLP width (doubled on KV-shared layers when
 #: double_wide_mlp), the per-layer input width and the sliding window
-GEMMA4_E2B = {
-    "hidden": 1536,
-    "heads": 8,
-    "kv_heads": 1,
-    "head_dim": 256,
-    "global_head_dim": 512,
-    "intermediate": 6144,
-    "double_wide_mlp": True,
-    "per_layer": 256,
-    "window": 512,
-}
-GEMMA4_E4B = {
-    "hidden": 2560,
-    "heads": 8,
-    "kv_heads": 2,
-    "head_dim": 256,
-    "global_head_dim": 512,
-    "intermediate": 10240,
-    "double_wide_mlp": False,
-    "per_layer": 256,
-    "window": 512,
-}
+GEMMA4_E2B = MappingProxyType(
+    {
+        "hidden": 1536,
+        "heads": 8,
+        "kv_heads": 1,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "intermediate": 6144,
+        "double_wide_mlp": True,
+        "per_layer": 256,
+        "window": 512,
+    }
+)
+GEMMA4_E4B = MappingProxyType(
+    {
+        "hidden": 2560,
+        "heads": 8,
+        "kv_heads": 2,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "intermediate": 10240,
+        "double_wide_mlp": False,
+        "per_layer": 256,
+        "window": 512,
+    }
+)
 #: the rest of the text configs: 35 layers (4 sliding + 1 full, x7) with the
 #: last 20 KV-shared for E2B, 42 (5 + 1, x7) with 18 for E4B; vocabulary,
 #: final_logit_softcapping

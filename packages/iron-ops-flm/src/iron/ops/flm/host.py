@@ -31,10 +31,10 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from iron.design.block_float import EXPONENT_BIAS
 from iron.ops.flm import gemma4
 from iron.ops.flm.decode_layer import CHUNK, CORES, ROWS, DecodeLayer
 from iron.ops.flm.lm_head import LMHead
-from iron.design.block_float import EXPONENT_BIAS
 from iron.ops.flm.packing import GROUP, GROUP_BYTES
 from iron.ops.flm.weights import WeightFormat
 
@@ -43,6 +43,7 @@ from iron.ops.flm.weights import WeightFormat
 _FAST = {"reassoc", "nsz", "arcp"}
 #: 2^(E - 133) for each bfp16ebs8 exponent byte, float32 (exact: 2^-133 is a subnormal)
 _SCALES = np.ldexp(np.float32(1), np.arange(256) - EXPONENT_BIAS).astype(np.float32)
+_SCALES.setflags(write=False)
 
 
 @intrinsic
