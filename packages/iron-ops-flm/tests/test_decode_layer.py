@@ -13,7 +13,7 @@ import pytest
 from flm_gemma4 import NPU1, NPU2, SMALL, close_to_exact, layer, random_layer, rms, with_values
 
 from iron.core import OperatorError, bf16, compare
-from iron.design import TAP, Fill, check, design_of, simulate
+from iron.design import TAP, DeadlockError, Fill, check, design_of, simulate
 from iron.design.model import canonical
 from iron.ops.flm import decode_design
 from iron.ops.flm.decode_layer import DecodeLayer
@@ -282,7 +282,7 @@ def test_a_wrong_key_count_hangs_by_name():
     _, _, inputs = random_layer(op, np.random.default_rng(0))
     names = [s.name for s in op.arg_specs() if s.reads]
     params = {**decode_design.params(op, 20), "kv_rows": 22}
-    with pytest.raises(Exception, match="attention"):
+    with pytest.raises(DeadlockError, match="worker attention"):
         simulate(decode_design.build(op, 20), dict(zip(names, inputs)), params)
 
 
