@@ -10,6 +10,7 @@ every family is proven installable on its own.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nox
@@ -32,11 +33,17 @@ def _export(session: nox.Session, *args: str) -> Path:
     return out
 
 
+def _distribution(package: str) -> str:
+    """The distribution name of the package in folder packages/`package`."""
+    pyproject = (ROOT / "packages" / package / "pyproject.toml").read_text()
+    return re.search(r'^name = "([^"]+)"$', pyproject, re.M).group(1)
+
+
 def _install_package(session: nox.Session, package: str) -> None:
     """Install `package` (not editable: the wheel users get), its workspace
     siblings and its test extra; then any fixture distributions its tests
     ship under tests/plugins/*/ (third-party plugins the tests look for)."""
-    requirements = _export(session, "--package", package, "--extra", "test")
+    requirements = _export(session, "--package", _distribution(package), "--extra", "test")
     session.install("-r", str(requirements), f"./packages/{package}")
     for fixture in sorted(ROOT.glob(f"packages/{package}/tests/plugins/*/pyproject.toml")):
         session.install(f"./{fixture.parent.relative_to(ROOT)}")

@@ -34,7 +34,7 @@ interpreter: one that has torch and transformers, which are not
 dependencies of iron-llama (e.g. a venv made with
 `pip install torch transformers`).
 
-    uv run --package iron-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
+    uv run --package iron-npu-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
     ... decode.py --quick           # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
     ... decode.py --layers 2 16     # the default; 16 layers write a 2.3 GiB synthetic file once
     ... decode.py --transformers /path/to/venv/bin/python   # transformers beside the graph

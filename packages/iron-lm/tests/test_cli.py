@@ -46,7 +46,7 @@ def test_help_shows_the_llama_cpp_flags_and_every_default(capsys):
 
 def test_version_names_the_app_and_iron_lm(capsys):
     code, out, _ = run(capsys, "--version")
-    assert code == 0 and out == "iron-bigram (iron-lm 0.1.0)\n"
+    assert code == 0 and out == "iron-bigram (iron-npu-lm 0.1.0)\n"
 
 
 def test_generate_streams_the_oracles_greedy_text(bigram_dir, capsys):

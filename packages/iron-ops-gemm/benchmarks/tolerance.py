@@ -11,7 +11,7 @@ partial sums to bf16 between 64-deep slices (IRON's GEMM without
 prio_accuracy), which the reference's one rounding does not allow for.
 "garbage passed" is the share of elements an all-zero output would pass.
 
-    uv run --package iron-ops-gemm python packages/iron-ops-gemm/benchmarks/tolerance.py [--write-readme]
+    uv run --package iron-npu-ops-gemm python packages/iron-ops-gemm/benchmarks/tolerance.py [--write-readme]
 
 --write-readme puts the table into the package README between its tolerance markers.
 """

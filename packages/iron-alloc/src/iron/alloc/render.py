@@ -96,7 +96,7 @@ def render_png(
     Each buffer is a rectangle from its first step to its last (inclusive)
     and over its bytes; the `labels` largest carry their names. Dashed lines
     mark the lower bound and the arena size. Needs matplotlib (the `plot`
-    extra: `pip install iron-alloc[plot]`).
+    extra: `pip install 'iron-npu-alloc[plot]'`).
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -104,7 +104,7 @@ def render_png(
         from matplotlib.figure import Figure
     except ImportError as error:
         raise ImportError(
-            "render_png needs matplotlib: install the plot extra, `pip install 'iron-alloc[plot]'`"
+            "render_png needs matplotlib: install the plot extra, `pip install 'iron-npu-alloc[plot]'`"
         ) from error
 
     named = _by_size(ranges, sizes)

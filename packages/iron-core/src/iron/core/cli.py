@@ -164,7 +164,7 @@ def doctor_cmd(args) -> int:
         {
             d.metadata["Name"]: d.version
             for d in distributions()
-            if d.metadata["Name"].startswith("iron-")
+            if d.metadata["Name"].startswith(registry.DISTRIBUTION_PREFIX)
         }.items()
     )
     for name, version in iron_dists:

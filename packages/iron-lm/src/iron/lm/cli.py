@@ -75,8 +75,9 @@ class ModelFlag:
 
 @dataclass(frozen=True)
 class App:
-    """One model app's command line. `name` is the console script and the
-    distribution; `model` its `GraphModel`; `oracle(dir)` its float32
+    """One model app's command line. `name` is the console script and
+    `distribution` the distribution it ships in (its version is shown;
+    default: none); `model` its `GraphModel`; `oracle(dir)` its float32
     oracle as a `CausalLM`; `describe(config)` says what a synthetic model
     is ("a tiny synthetic Llama (2 layers, ...)"); `real_model` how to run
     a real checkpoint (one line); `model_help` what --model must hold;
@@ -93,6 +94,7 @@ class App:
     model_help: str
     demo_model: str = "tiny"
     model_flags: Sequence[ModelFlag] = ()
+    distribution: str | None = None
 
     def demo_dir(self) -> Path:
         """Where `demo` keeps its synthetic model."""
@@ -401,7 +403,8 @@ def _version(app: App) -> str:
         except PackageNotFoundError:  # an app run from a source tree
             return dist
 
-    return f"{of(app.name)} ({of('iron-lm')})"
+    app_version = of(app.distribution) if app.distribution else app.name
+    return f"{app_version} ({of('iron-npu-lm')})"
 
 
 def _backend_option(parser: argparse.ArgumentParser) -> None:
