@@ -5,6 +5,7 @@ every family is proven installable on its own.
     uv run nox                  # every session below
     uv run nox -s iron-core     # one package
     uv run nox -s lint
+    uv run nox -s readmes       # every code block of every README
     uv run nox -s slow          # the cases marked slow, across packages
 """
 
@@ -20,7 +21,7 @@ PACKAGES = sorted(p.parent.name for p in ROOT.glob("packages/*/pyproject.toml"))
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = False
-nox.options.sessions = [*PACKAGES, "slow", "lint"]
+nox.options.sessions = [*PACKAGES, "readmes", "slow", "lint"]
 
 
 def _export(session: nox.Session, *args: str) -> Path:
@@ -63,16 +64,30 @@ for _package in PACKAGES:
     nox.session(name=_package)(_package_session(_package))
 
 
+def _install_all(session: nox.Session) -> None:
+    """Every package (not editable) with every extra: what `uv run` gives a reader."""
+    requirements = _export(session, "--all-packages", "--all-extras")
+    session.install("-r", str(requirements), *(f"./packages/{p}" for p in PACKAGES))
+
+
+@nox.session
+def readmes(session: nox.Session) -> None:
+    """Every code block of every README, with every package installed (the
+    workspace's tests/: README blocks, installing the wheels); slow ones
+    are the slow session's."""
+    _install_all(session)
+    session.run("pytest", "tests", "-m", "not slow", *session.posargs)
+
+
 @nox.session
 def slow(session: nox.Session) -> None:
     """Every package together, running only the cases marked slow."""
-    requirements = _export(session, "--all-packages", "--all-extras")
-    session.install("-r", str(requirements), *(f"./packages/{p}" for p in PACKAGES))
+    _install_all(session)
     session.env["IRON_REQUIRE_FIXTURE_PLUGINS"] = "0"
     # exit code 5 means "nothing collected": fine while no case is slow
     session.run(
-        "pytest", *(f"packages/{p}/tests" for p in PACKAGES), "-m", "slow", *session.posargs,
-        success_codes=[0, 5],
+        "pytest", "tests", *(f"packages/{p}/tests" for p in PACKAGES), "-m", "slow",
+        *session.posargs, success_codes=[0, 5],
     )  # fmt: skip
 
 

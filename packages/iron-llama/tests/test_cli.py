@@ -219,9 +219,7 @@ def test_plan_draws_weights_kv_caches_and_transients(tiny_dir, tmp_path, capsys)
     tips = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}title")][1:]
     kinds = {}
     for tip in tips:
-        name, kind = re.match(
-            r"(.*) \((weights|states|transients)\): steps", tip
-        ).groups()
+        name, kind = re.match(r"(.*) \((weights|states|transients)\): steps", tip).groups()
         kinds.setdefault(kind, set()).add(name)
     caches = {f"{kv}.{i}" for kv in ("keys", "values") for i in range(2)}
     assert caches <= kinds["states"]
