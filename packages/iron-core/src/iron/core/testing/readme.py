@@ -44,7 +44,7 @@ import shutil
 import subprocess
 import sys
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +58,9 @@ SHELL_TIMEOUT = 900
 #: left out of a checkout copy: what a build or a test run leaves, and git's own
 CHECKOUT_IGNORED = (".git", ".venv", ".nox", "dist", "build", "__pycache__", "*.egg-info",
                     ".pytest_cache", ".ruff_cache", ".hypothesis")  # fmt: skip
+
+
+__all__ = ["Block", "ReadmeError", "matches", "readme_blocks", "readme_params", "run_block"]
 
 
 class ReadmeError(ValueError):
@@ -257,17 +260,3 @@ def _parse_toml(block: Block) -> None:
         tomllib.loads(block.code)
     except tomllib.TOMLDecodeError as error:
         raise ReadmeError(f"{block}: not TOML: {error}") from None
-
-
-def workspace_root(path: str | Path) -> Path:
-    """The repository a README belongs to: the nearest folder above it with uv.lock."""
-    for folder in Path(path).resolve().parents:
-        if (folder / "uv.lock").is_file():
-            return folder
-    raise ReadmeError(f"{path}: no uv.lock above it: not in a checkout")
-
-
-__all__: Sequence[str] = (
-    "Block", "ReadmeError", "matches", "readme_blocks", "readme_params", "run_block",
-    "workspace_root",
-)  # fmt: skip
