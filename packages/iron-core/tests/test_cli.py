@@ -31,7 +31,7 @@ def test_doctor_reports_an_absent_npu_stack_and_how_to_get_it(capsys, npu_stack)
     npu_stack(present=False)
     status = main(["doctor"])
     out = capsys.readouterr().out
-    assert "iron-core 0.1.0" in out
+    assert "iron-npu-core 0.1.0" in out
     assert "[ ] mlir-aie: not installed (install the mlir_aie and llvm-aie wheels" in out
     assert "[ ] pyxrt: not importable (install XRT with the NPU (amdxdna) plugin" in out
     assert "[ ] NPU device: no /dev/accel/accel* node (needs a Ryzen AI NPU" in out

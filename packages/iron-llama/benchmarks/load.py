@@ -3,7 +3,7 @@ plain copy of the same weight bytes into a fresh buffer (what the upload
 should cost: the checkpoint is in the page cache) and again into the same,
 now touched, buffer (what is left once first touch is paid).
 
-    uv run --package iron-llama python packages/iron-llama/benchmarks/load.py [--layers 16] [--backend cpu]
+    uv run --package iron-npu-llama python packages/iron-llama/benchmarks/load.py [--layers 16] [--backend cpu]
 
 Uses the 1b-shaped synthetic model that `decode.py` writes into the user
 cache (written here too if missing).

@@ -43,6 +43,12 @@ def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
     for low, median, high in ((3, 2, 4), (7, 6, 8)):  # each side's pairs: range holds the median
         assert int(speeds.group(low)) <= int(speeds.group(median)) <= int(speeds.group(high))
     assert re.search(r"a 2-thread bf16 GEMV streams [\d.]+ GB/s here", result.stdout)
+    # the tiny model's figures in units that show them, not "0.00 GB" or "at least 0 ms"
+    weights, unit = re.search(
+        r"a token reads ([\d.]+) (GB|MB|kB|B) of weights", result.stdout
+    ).groups()
+    floor = re.search(r"a first token takes at least ([\d.,e+-]+) ms", result.stdout)[1]
+    assert float(weights) > 0 and unit != "GB" and float(floor.replace(",", "")) > 0
 
 
 def test_decode_benchmark_refuses_an_interpreter_without_transformers(tmp_path):

@@ -260,7 +260,7 @@ def doctor_report() -> dict:
         sorted(
             (d.metadata["Name"], d.version)
             for d in distributions()
-            if (d.metadata["Name"] or "").startswith("iron-")
+            if (d.metadata["Name"] or "").startswith(registry.DISTRIBUTION_PREFIX)
         )
     )
     report["plugins"] = [attrs.asdict(i) for i in registry.plugins()]

@@ -32,6 +32,10 @@ from iron.core import hookspecs, settings
 
 ENTRY_POINT_GROUP = "iron.plugins"
 BUILTIN = "iron.core.builtin"
+#: every IRON distribution's name starts with it (imports stay `iron.*`): on the
+#: package index `iron-core` is another project, and these names are free there
+DISTRIBUTION_PREFIX = "iron-npu-"
+CORE_DISTRIBUTION = DISTRIBUTION_PREFIX + "core"
 IN_PROCESS = "(in process)"
 
 
@@ -142,7 +146,9 @@ class Registry:
         pm.add_hookspecs(hookspecs)
         pm.register(builtin, name="core")
         plugins = {
-            "core": PluginInfo("core", BUILTIN, "iron-core", _version("iron-core"), "builtin")
+            "core": PluginInfo(
+                "core", BUILTIN, CORE_DISTRIBUTION, _version(CORE_DISTRIBUTION), "builtin"
+            )
         }
         for name, plugin in self._in_process.items():
             pm.register(plugin, name=name)

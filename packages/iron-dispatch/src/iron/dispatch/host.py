@@ -125,8 +125,20 @@ def _import(module: str, future: Future) -> None:
     try:
         loaded = importlib.import_module(module)
         if callable(getattr(loaded, "warm_up", None)):
-            log.info("host kernels of %s ready: %s", module, loaded.warm_up())
+            log.info("host kernels of %s ready%s", module, _described(loaded.warm_up()))
     except BaseException as error:  # raised again in the thread that waits for it
         future.set_exception(error)
     else:
         future.set_result(loaded)
+
+
+def _described(info) -> str:
+    """What a kernel module's `warm_up` said, as a log reads: `in 0.83 s
+    (compiled 0, threads 2)`, never a raw dict."""
+    if not isinstance(info, dict):
+        return "" if info is None else f": {info}"
+    rest = dict(info)
+    seconds = rest.pop("seconds", None)
+    took = f" in {seconds:.2f} s" if isinstance(seconds, (int, float)) else ""
+    details = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in rest.items())
+    return took + (f" ({details})" if details else "")

@@ -4,6 +4,9 @@ fixtures, markers and conformance helpers are importable from this package
 too (imported on first use, so test data never needs pytest)::
 
     from iron.core.testing import check_conformance, conformance_params, random_array
+
+Beside them: `iron.core.testing.readme` (a README's code blocks as tests)
+and `iron.core.testing.pictures` (an SVG drawn by resvg, its pixels read).
 """
 
 from __future__ import annotations
