@@ -153,7 +153,7 @@ def test_ctrl_c_exits_130_with_one_line(capsys, monkeypatch):
 
 def test_version_defaults_and_every_option_described(capsys):
     code, out, _ = run(capsys, "--version")
-    assert code == 0 and out.startswith("iron-alloc-bench (iron-alloc ")
+    assert code == 0 and out.startswith("iron-alloc-bench (iron-npu-alloc ")
     code, out, _ = run(capsys, "--help")
     text = " ".join(out.split())
     assert code == 0 and "(default: [1, 64])" in text and "(default: None)" not in text

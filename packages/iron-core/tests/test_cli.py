@@ -140,7 +140,7 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out == f"iron (iron-core {version('iron-core')})\n"
+    assert capsys.readouterr().out == f"iron (iron-npu-core {version('iron-npu-core')})\n"
 
 
 def test_every_option_and_argument_is_described():
@@ -169,7 +169,7 @@ def test_doctor_json(capsys, npu_stack, monkeypatch):
     assert report["status"] == status and status in (0, 1)
     (row,) = [r for r in report["settings"] if r["variable"] == "IRON_DEVICE"]
     assert row == {"variable": "IRON_DEVICE", "value": "npu1", "source": "env", "problem": None}
-    assert report["packages"]["iron-core"] == version("iron-core")
+    assert report["packages"]["iron-npu-core"] == version("iron-npu-core")
     assert {p["name"] for p in report["plugins"]} >= {"core"}
     (mlir,) = [p for p in report["npu_stack"] if p["name"] == "mlir-aie"]
     assert mlir["present"] is False and "not on PyPI" in mlir["how_to_get"]

@@ -274,9 +274,9 @@ class _Defaults(argparse.HelpFormatter):
 
 def _version() -> str:
     try:
-        return f"iron-alloc-bench (iron-alloc {version('iron-alloc')})"
+        return f"iron-alloc-bench (iron-npu-alloc {version('iron-npu-alloc')})"
     except PackageNotFoundError:  # run from a source tree
-        return "iron-alloc-bench (iron-alloc, not installed)"
+        return "iron-alloc-bench (iron-npu-alloc, not installed)"
 
 
 def parser(default_data: Path | None = None) -> argparse.ArgumentParser:

@@ -371,9 +371,9 @@ class Parser(argparse.ArgumentParser):
 
 def iron_version() -> str:
     try:
-        return f"iron (iron-core {version('iron-core')})"
+        return f"iron ({registry.CORE_DISTRIBUTION} {version(registry.CORE_DISTRIBUTION)})"
     except PackageNotFoundError:  # run from a source tree
-        return "iron (iron-core, not installed)"
+        return f"iron ({registry.CORE_DISTRIBUTION}, not installed)"
 
 
 def _json_option(parser: argparse.ArgumentParser) -> None:
