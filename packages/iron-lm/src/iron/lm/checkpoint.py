@@ -394,6 +394,10 @@ class Checkpoint:
         file, stored = self._where[name]
         return file.tensors[stored]
 
+    def owns(self, view: np.ndarray) -> bool:
+        """Whether `view`'s bytes lie inside the mapping of one of the files."""
+        return isinstance(view, np.ndarray) and any(file.owns(view) for file in self.files)
+
     def check_intact(self, view: np.ndarray | None = None) -> None:
         """`SafetensorsFile.check_intact` on the file holding `view` (every file
         when None)."""

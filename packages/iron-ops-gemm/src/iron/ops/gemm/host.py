@@ -46,6 +46,7 @@ from iron.core import bf16
 
 # the bf16 bit tricks are shared with the eltwise family's host kernels
 from iron.ops.eltwise.host import bits16 as _bits16
+from iron.ops.eltwise.host import readonly, warm
 from iron.ops.eltwise.host import to_bf16 as _round
 from iron.ops.eltwise.host import widen as _widen
 
@@ -104,11 +105,12 @@ def _gemv_group(a0, a1, a2, x, y0, y1, y2):
 
 
 def _gemv_launch(pairs, x) -> None:
-    """Up to GEMV_GROUP (a, y) bit pairs sharing x, as one launch."""
+    """Up to GEMV_GROUP (a, y) bit pairs sharing x, as one launch (the
+    matrices read-only, as weights always reach a kernel)."""
     depth = x.shape[0]
     empty = (np.empty((0, depth), np.uint16), np.empty(0, np.uint16))
     (a0, y0), (a1, y1), (a2, y2) = [*pairs, *[empty] * (GEMV_GROUP - len(pairs))]
-    _gemv_group(a0, a1, a2, x, y0, y1, y2)
+    _gemv_group(readonly(a0), readonly(a1), readonly(a2), x, y0, y1, y2)
 
 
 def gemv(op, A, x, y):
@@ -183,7 +185,7 @@ def gemm(op, A, B, C, *, pool=None):
             width = min(step, op.N - start)
             widened = panel[: width * op.K].reshape(width, op.K)
             # contiguous arrays only: one compiled specialisation per kernel
-            _widen_rows(np.ascontiguousarray(columns[start : start + width]), widened)
+            _widen_rows(readonly(np.ascontiguousarray(columns[start : start + width])), widened)
             # C's columns as rows: sgemm runs a wide panel times few rows 2.5 to 4x
             # faster than few rows times a panel (measured at 128 x 2048 x 2048)
             block = np.matmul(widened, a_t)
@@ -424,26 +426,27 @@ def mha(op, Q, K, V, O):  # noqa: E741 (the spec names)
 # ---- housekeeping -----------------------------------------------------------------
 
 
-def warm_up() -> dict:
-    """Compile (or load from the on-disk cache) every kernel on tiny inputs.
-    Returns the seconds it took, how many kernels had to be compiled (0:
-    all came from the cache), the cache directory and the thread count."""
-    started = time.perf_counter()
-    a = np.zeros((1, 2, 32), np.uint16)
-    _gemv_launch([(a[0], np.zeros(2, np.uint16))], np.zeros(32, np.uint16))
-    _widen_rows(a[0], np.zeros((2, 32), np.float32))
-    _round_into(np.zeros((2, 2), np.float32), np.zeros((2, 2), np.uint16), 0, False)
+def warm_up(status=None) -> dict:
+    """Compile (or load from the on-disk cache) every kernel on tiny inputs,
+    weights read-only as the kernels get them (see
+    `iron.ops.eltwise.host.warm`); also says the thread count."""
+    a = readonly(np.zeros((2, 32), np.uint16))
+    no_rows = readonly(np.empty((0, 32), np.uint16))
     cache = np.zeros((2, 1, 32), np.uint16)
-    _gqa_scores(np.zeros((2, 32), np.uint16), cache, np.zeros((2, 2), np.uint16), 1,
-                np.float32(1))  # fmt: skip
-    _gqa_context(np.zeros((2, 2), np.uint16), cache, np.zeros((2, 32), np.uint16), 1)
     rows = np.zeros((2, 2, 32), np.uint16)
-    _mha(rows, rows[:, :1].copy(), rows[:, :1].copy(), np.zeros((2, 2, 32), np.uint16), 1,
-         np.float32(1), True)  # fmt: skip
-    kernels = (_gemv_group, _widen_rows, _round_into, _gqa_scores, _gqa_context, _mha)
-    return {
-        "seconds": time.perf_counter() - started,
-        "compiled": sum(bool(k.stats.cache_misses) for k in kernels),
-        "cache_dir": _gemv_group.stats.cache_path,
-        "threads": numba.get_num_threads(),
-    }
+    report = warm(
+        [
+            (_gemv_group, (a, no_rows, no_rows, np.zeros(32, np.uint16), np.zeros(2, np.uint16),
+                           np.empty(0, np.uint16), np.empty(0, np.uint16))),
+            (_widen_rows, (a, np.zeros((2, 32), np.float32))),
+            (_widen_rows, (np.zeros((2, 32), np.uint16), np.zeros((2, 32), np.float32))),
+            (_round_into, (np.zeros((2, 2), np.float32), np.zeros((2, 2), np.uint16), 0, False)),
+            (_gqa_scores, (np.zeros((2, 32), np.uint16), cache, np.zeros((2, 2), np.uint16), 1,
+                           np.float32(1))),
+            (_gqa_context, (np.zeros((2, 2), np.uint16), cache, np.zeros((2, 32), np.uint16), 1)),
+            (_mha, (rows, rows[:, :1].copy(), rows[:, :1].copy(), np.zeros((2, 2, 32), np.uint16),
+                    1, np.float32(1), True)),
+        ],
+        status,
+    )  # fmt: skip
+    return {**report, "threads": numba.get_num_threads()}
