@@ -11,14 +11,16 @@ and the KL is reference's from cpu. Each side runs in a
 fresh process, so its peak RSS (VmHWM) is its own.
 
 Decode is memory-bound: a token reads every weight once. The same run
-measures the bandwidth a 2-thread bf16 matrix-vector stream reaches here
-(the host GEMV kernel over a 512 MiB matrix, five samples before, between
-and after the sides: the limit is the median sample / weight bytes per
-token), and each graph side's share of it from pairs: after its measured
-steps, it decodes as many more, each followed by a stream sample, and the
-share is the median ratio of a step's weight bytes per second to the
-sample's rate. On a shared host, whatever runs beside slows both halves of
-a pair alike; a best stream against a mean token understated the share.
+measures the bandwidth a 2-thread read stream reaches here (the plainest
+streaming kernel: 64-bit words of a 512 MiB buffer folded by xor, which
+moves more bytes per second than any GEMV can; five samples before,
+between and after the sides: the limit is the median sample / weight
+bytes per token), and each graph side's share of it from pairs: after its
+measured steps, it decodes as many more, each followed by a stream
+sample, and the share is the median ratio of a step's weight bytes per
+second to the sample's rate. On a shared host, whatever runs beside slows
+both halves of a pair alike; a best stream against a mean token
+understated the share.
 
 Prefill is compute-bound: its GEMMs (the layers' projections at the
 prompt's rows) are nearly all its work. The same run measures the float32
@@ -26,6 +28,15 @@ sgemm rate numpy's BLAS reaches at those shapes (best of several, on every
 core) and reports the time to first token as a multiple of the floor that
 rate implies (GEMM flops / rate, the GEMMs alone): the cpu backend widens
 bf16 to float32 for sgemm, as a host without bf16 arithmetic must.
+
+`--llama-cpp PYTHON --gguf-converter PATH` adds llama.cpp (the peer people
+run these models with on a CPU) on 2 threads: llama-cpp-python on a bf16
+GGUF that llama.cpp's own converter (PATH: its convert_hf_to_gguf.py, of
+the llama.cpp llama-cpp-python was built from) makes once from the same
+checkpoint, beside it in the cache; run by `llama_side.py` with that
+interpreter, which has llama-cpp-python built from source with native
+flags and the converter's needs (see the README); the table then gives
+the cpu side's decode speed and time to first token as ratios to it.
 
 `--transformers PYTHON` adds transformers' `LlamaForCausalLM` (eager
 attention, bf16 and float32 weights) as two more sides, on the same
@@ -38,6 +49,7 @@ dependencies of iron-llama (e.g. a venv made with
     ... decode.py --quick           # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
     ... decode.py --layers 2 16     # the default; 16 layers write a 2.3 GiB synthetic file once
     ... decode.py --transformers /path/to/venv/bin/python   # transformers beside the graph
+    ... decode.py --llama-cpp /path/to/venv/bin/python --gguf-converter /path/to/convert_hf_to_gguf.py
 
 --write-readme puts the tables into the package README between its
 bench:decode markers.
@@ -69,6 +81,9 @@ STREAM_SAMPLES = 5
 #: transformers' sides (`--transformers`): name -> weight dtype
 HF_SIDES = {"transformers bf16": "bfloat16", "transformers float32": "float32"}
 HF_SIDE = Path(__file__).with_name("hf_side.py")
+#: llama.cpp's side (`--llama-cpp`) and its threads: the cpu backend's 2
+LLAMA_SIDE, LLAMA_THREADS = "llama.cpp bf16", 2
+LLAMA_SIDE_FILE = Path(__file__).with_name("llama_side.py")
 
 
 def prompt_ids(vocab: int, prompt: int) -> list[int]:
@@ -138,44 +153,54 @@ def paired_shares(model, token: int, per_token: int, rounds: int, stream_bytes: 
 
 
 def stream_sampler(nbytes: int):
-    """A function timing one pass of a 2-thread bf16 GEMV over `nbytes` of
-    weights: bytes per second."""
+    """A function timing one 2-thread read of `nbytes`: bytes per second.
+    The kernel folds 64-bit words by xor, one contiguous block per task:
+    nothing but loads, which no kernel that computes with the bytes can
+    outrun."""
     import numba
 
-    from iron.core import bf16
-    from iron.ops.gemm import GEMV
-    from iron.ops.gemm.host import gemv
-
-    cols = 2048
-    op = GEMV(M=nbytes // (2 * cols), K=cols)
-    matrix = np.ones((op.M, cols), bf16)
-    x, y = np.ones(cols, bf16), np.empty(op.M, bf16)
-    gemv(op, matrix, x, y)  # the first call also loads the kernel
+    blocks = 64
+    words = np.ones((blocks, nbytes // (8 * blocks)), np.uint64)
+    folded = np.empty(blocks, np.uint64)
+    read = _read_kernel()
+    read(words, folded)  # the first call also compiles the kernel
 
     def sample() -> float:
         threads = numba.get_num_threads()
         numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
         try:
             started = time.perf_counter()
-            gemv(op, matrix, x, y)
-            return matrix.nbytes / (time.perf_counter() - started)
+            read(words, folded)
+            return words.nbytes / (time.perf_counter() - started)
         finally:
             numba.set_num_threads(threads)
 
     return sample
 
 
-def transformers_problem(python: str) -> str | None:
-    """Why `python` cannot run the transformers sides, or None if it imports both."""
+def _read_kernel():
+    from numba import njit, prange
+
+    @njit(parallel=True)
+    def read(words, folded):
+        for block in prange(words.shape[0]):
+            row, acc = words[block], np.uint64(0)
+            for i in range(row.shape[0]):
+                acc ^= row[i]
+            folded[block] = acc
+
+    return read
+
+
+def import_problem(flag: str, python: str, modules: str) -> str | None:
+    """Why `python` cannot import `modules` (comma-separated), or None."""
     try:
-        found = subprocess.run(
-            [python, "-c", "import torch, transformers"], capture_output=True, text=True
-        )
+        found = subprocess.run([python, "-c", f"import {modules}"], capture_output=True, text=True)
     except OSError as error:
-        return f"--transformers {python}: cannot run it ({error.strerror})"
+        return f"{flag} {python}: cannot run it ({error.strerror})"
     if found.returncode != 0:
         last = (found.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"--transformers {python} cannot import torch and transformers: {last}"
+        return f"{flag} {python} cannot import {modules}: {last}"
     return None
 
 
@@ -237,36 +262,46 @@ def measure(
     stream_bytes: int,
     oracle: bool,
     transformers: str | None = None,
+    llama: tuple[str, Path] | None = None,
 ) -> tuple[dict, dict, list[float]]:
     """(figures per side, accuracy per side, stream samples in bytes/s),
     each side in a child process; the stream is measured between them.
     The first side (the oracle, else cpu) makes the tokens and is the
     baseline of the others' KL. With `transformers` (an interpreter that
-    has torch and transformers) `HF_SIDES` run last."""
+    has torch and transformers) `HF_SIDES` run last; with `llama`
+    (an interpreter with llama-cpp-python, a GGUF) llama.cpp's side."""
     from iron.lm.checks import kl_divergence
 
     with tempfile.TemporaryDirectory(prefix="iron-llama-bench-") as work:
         return _measure(
-            Path(work), directory, prompt, steps, stream_bytes, oracle, transformers, kl_divergence
-        )
+            Path(work), directory, prompt, steps, stream_bytes, oracle, transformers, llama,
+            kl_divergence,
+        )  # fmt: skip
 
 
-def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers, kl_divergence):
+def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers, llama,
+             kl_divergence):  # fmt: skip
     from iron.llama.config import LlamaConfig
 
     results, streams = {}, []
-    sample = stream_sampler(stream_bytes)  # one matrix for every sample taken here
+    sample = stream_sampler(stream_bytes)  # one buffer for every sample taken here
     sides = ("oracle", *BACKENDS) if oracle else BACKENDS
+    vocab = LlamaConfig.from_file(directory).vocab_size
+    np.save(work / "prompt.npy", np.array(prompt_ids(vocab, prompt), np.int64))
+    if llama:
+        sides = (*sides, LLAMA_SIDE)
     if transformers:
-        vocab = LlamaConfig.from_file(directory).vocab_size
-        np.save(work / "prompt.npy", np.array(prompt_ids(vocab, prompt), np.int64))
         sides = (*sides, *HF_SIDES)
     for side in sides:
         out = work / f"{side.replace(' ', '-')}.npz"
         streams += [sample() for _ in range(STREAM_SAMPLES)]
         common = ["--model-dir", str(directory), "--steps", str(steps),
                   "--tokens", str(work / "tokens.npy"), "--out", str(out)]  # fmt: skip
-        if side in HF_SIDES:
+        if side == LLAMA_SIDE:
+            command = [llama[0], str(LLAMA_SIDE_FILE), "run", "--gguf", str(llama[1]),
+                       "--threads", str(LLAMA_THREADS), "--prompt-ids", str(work / "prompt.npy"),
+                       *common[2:]]  # fmt: skip
+        elif side in HF_SIDES:
             command = [transformers, str(HF_SIDE), "--dtype", HF_SIDES[side],
                        "--prompt-ids", str(work / "prompt.npy"), *common]  # fmt: skip
         else:
@@ -313,7 +348,7 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
     names = ["load (read, compile, upload)", f"time to first token ({prompt}-token prompt)",
              f"decode ({steps} steps)", "peak RSS (VmHWM)", "steady RSS (VmRSS)"]  # fmt: skip
     oracle = ("oracle",) if "oracle" in figures else ()
-    hf = tuple(side for side in HF_SIDES if side in figures)
+    hf = tuple(side for side in (LLAMA_SIDE, *HF_SIDES) if side in figures)
     columns = [column(side) for side in (*BACKENDS, *oracle, *hf)]
     header = ("measure", *(f"IRON graph, {s} backend" for s in BACKENDS),
               *("float32 oracle" for _ in oracle), *hf)  # fmt: skip
@@ -327,14 +362,28 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
             for i, name in enumerate(names)
         ),
         "",
-        f"Bandwidth limit: a 2-thread bf16 GEMV streams {stream / 1e9:.1f} GB/s here (median of "
+        f"Bandwidth limit: a 2-thread read stream moves {stream / 1e9:.1f} GB/s here (median of "
         f"{len(streams)} samples taken before, between and after the sides; best "
         f"{best / 1e9:.1f}); a token reads {per_token / 1e9:.2f} GB of weights, so at most "
         f"{limit:.2f} tokens/s. A side's share of the limit pairs each of {steps} more decode "
         f"steps with a stream sample taken right after it, in the side's process: the median "
-        f"of the ratios (a step's weight bytes per second over the sample's rate).",
+        f"of the ratios (a step's weight bytes per second over the sample's rate). "
+        + "Weights read per second while decoding: "
+        + ", ".join(
+            f"{side} {per_token / figures[side]['decode'] / 1e9:.1f} GB/s" for side in ("cpu", *hf)
+        )
+        + ".",
     ]
-    if hf:
+    if LLAMA_SIDE in figures:
+        cpu, peer = figures["cpu"], figures[LLAMA_SIDE]
+        lines.append(
+            f"cpu against llama.cpp ({LLAMA_THREADS} threads, bf16 GGUF of the same checkpoint, "
+            f"in this run): decode {peer['decode'] / cpu['decode']:.2f}x its speed "
+            f"({1 / cpu['decode']:.2f} against {1 / peer['decode']:.2f} tokens/s), time to first "
+            f"token {cpu['ttft'] / peer['ttft']:.2f}x its time ({cpu['ttft'] * 1e3:,.0f} against "
+            f"{peer['ttft'] * 1e3:,.0f} ms)."
+        )
+    if any(side in HF_SIDES for side in hf):
         lines.append(
             "transformers: LlamaForCausalLM with eager attention on the same checkpoint, "
             "torch on every core; its load includes widening the weights for float32."
@@ -350,13 +399,27 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
 
 def prefill_floor(figures: dict, flops: int, rate: float) -> str:
     floor = flops / rate
-    sides = [s for s in (*BACKENDS, *HF_SIDES) if s in figures]
+    sides = [s for s in (*BACKENDS, LLAMA_SIDE, *HF_SIDES) if s in figures]
     multiples = ", ".join(f"{s} {figures[s]['ttft'] / floor:.1f}x" for s in sides)
     return (
         f"Prefill floor: the prompt's GEMMs are {flops / 1e9:.3g} GFLOP and float32 sgemm runs "
         f"{rate / 1e9:.3g} GFLOP/s here at their shapes (numpy's BLAS, every core), so a first "
         f"token takes at least {floor * 1e3:,.0f} ms; time to first token is {multiples} that."
     )
+
+
+def gguf_of(directory: Path, args) -> Path:
+    """The bf16 GGUF of `directory` beside it, made by llama.cpp's converter
+    the first time (`llama_side.py convert`)."""
+    gguf = directory.with_name(directory.name + ".bf16.gguf")
+    if not gguf.exists():
+        print(f"writing {gguf} with llama.cpp's converter", file=sys.stderr)
+        subprocess.run(
+            [args.llama_cpp, str(LLAMA_SIDE_FILE), "convert", "--converter",
+             str(args.gguf_converter), "--model-dir", str(directory), "--out", str(gguf)],
+            check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+    return gguf
 
 
 def main() -> None:
@@ -384,6 +447,17 @@ def main() -> None:
         metavar="PYTHON",
         help="an interpreter with torch and transformers: adds transformers' sides",
     )
+    parser.add_argument(
+        "--llama-cpp",
+        metavar="PYTHON",
+        help="an interpreter with llama-cpp-python: adds llama.cpp's side (needs --gguf-converter)",
+    )
+    parser.add_argument(
+        "--gguf-converter",
+        metavar="PATH",
+        type=Path,
+        help="llama.cpp's convert_hf_to_gguf.py, to make each model's bf16 GGUF once",
+    )
     parser.add_argument("--child", choices=("oracle", *BACKENDS), help=argparse.SUPPRESS)
     parser.add_argument("--maker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tokens", type=Path, help=argparse.SUPPRESS)
@@ -397,8 +471,15 @@ def main() -> None:
         )  # fmt: skip
         return
 
-    if args.transformers and (problem := transformers_problem(args.transformers)):
+    if args.transformers and (
+        problem := import_problem("--transformers", args.transformers, "torch, transformers")
+    ):
         parser.error(problem)  # before any side runs
+    if args.llama_cpp:
+        if args.gguf_converter is None or not args.gguf_converter.is_file():
+            parser.error("--llama-cpp needs --gguf-converter: llama.cpp's convert_hf_to_gguf.py")
+        if problem := import_problem("--llama-cpp", args.llama_cpp, "llama_cpp, gguf"):
+            parser.error(problem)
     from iron.dispatch import cache_home
     from iron.llama import ensure_synthetic
 
@@ -418,8 +499,9 @@ def main() -> None:
         oracle = layers is None or layers <= args.oracle_layers
         gemms = prefill_gemms(directory)
         rate = sgemm_rate(gemms, prompt)  # before and after the sides: the best of both
+        llama = args.llama_cpp and (args.llama_cpp, gguf_of(directory, args))
         figures, accuracy, stream = measure(
-            directory, prompt, steps, stream_bytes, oracle, args.transformers
+            directory, prompt, steps, stream_bytes, oracle, args.transformers, llama
         )
         rate = max(rate, sgemm_rate(gemms, prompt))
         per_token = weight_bytes(directory)
