@@ -34,7 +34,6 @@ from numba.extending import intrinsic
 
 from iron.core import bf16, settings
 
-
 # ---- where compiled kernels are kept ------------------------------------------------
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-import time
 from concurrent.futures import wait
 
 import numba
