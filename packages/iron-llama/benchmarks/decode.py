@@ -263,27 +263,30 @@ def measure(
     oracle: bool,
     transformers: str | None = None,
     llama: tuple[str, Path] | None = None,
+    rounds: int = 1,
 ) -> tuple[dict, dict, list[float]]:
     """(figures per side, accuracy per side, stream samples in bytes/s),
     each side in a child process; the stream is measured between them.
     The first side (the oracle, else cpu) makes the tokens and is the
     baseline of the others' KL. With `transformers` (an interpreter that
     has torch and transformers) `HF_SIDES` run last; with `llama`
-    (an interpreter with llama-cpp-python, a GGUF) llama.cpp's side."""
+    (an interpreter with llama-cpp-python, a GGUF) llama.cpp's side.
+    `rounds` > 1 runs every side that many times, interleaved, and gives
+    each figure's median (`medians`); logits are the first round's."""
     from iron.lm.checks import kl_divergence
 
     with tempfile.TemporaryDirectory(prefix="iron-llama-bench-") as work:
         return _measure(
             Path(work), directory, prompt, steps, stream_bytes, oracle, transformers, llama,
-            kl_divergence,
+            rounds, kl_divergence,
         )  # fmt: skip
 
 
-def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers, llama,
+def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers, llama, rounds,
              kl_divergence):  # fmt: skip
     from iron.llama.config import LlamaConfig
 
-    results, streams = {}, []
+    streams = []
     sample = stream_sampler(stream_bytes)  # one buffer for every sample taken here
     sides = ("oracle", *BACKENDS) if oracle else BACKENDS
     vocab = LlamaConfig.from_file(directory).vocab_size
@@ -292,25 +295,30 @@ def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers,
         sides = (*sides, LLAMA_SIDE)
     if transformers:
         sides = (*sides, *HF_SIDES)
-    for side in sides:
-        out = work / f"{side.replace(' ', '-')}.npz"
-        streams += [sample() for _ in range(STREAM_SAMPLES)]
-        common = ["--model-dir", str(directory), "--steps", str(steps),
-                  "--tokens", str(work / "tokens.npy"), "--out", str(out)]  # fmt: skip
-        if side == LLAMA_SIDE:
-            command = [llama[0], str(LLAMA_SIDE_FILE), "run", "--gguf", str(llama[1]),
-                       "--threads", str(LLAMA_THREADS), "--prompt-ids", str(work / "prompt.npy"),
-                       *common[2:]]  # fmt: skip
-        elif side in HF_SIDES:
-            command = [transformers, str(HF_SIDE), "--dtype", HF_SIDES[side],
-                       "--prompt-ids", str(work / "prompt.npy"), *common]  # fmt: skip
-        else:
-            maker = ["--maker"] if side == sides[0] else []
-            command = [sys.executable, __file__, "--child", side, "--prompt", str(prompt),
-                       "--stream-bytes", str(stream_bytes), *common, *maker]  # fmt: skip
-        subprocess.run(command, check=True)
-        with np.load(out) as data:
-            results[side] = (data["logits"], json.loads(str(data["figures"])))
+    rounds_of = {side: [] for side in sides}
+    for round_ in range(rounds):  # interleaved: each round runs every side once, in turn
+        for side in sides:
+            out = work / f"{side.replace(' ', '-')}.npz"
+            streams += [sample() for _ in range(STREAM_SAMPLES)]
+            common = ["--model-dir", str(directory), "--steps", str(steps),
+                      "--tokens", str(work / "tokens.npy"), "--out", str(out)]  # fmt: skip
+            if side == LLAMA_SIDE:
+                command = [llama[0], str(LLAMA_SIDE_FILE), "run", "--gguf", str(llama[1]),
+                           "--threads", str(LLAMA_THREADS),
+                           "--prompt-ids", str(work / "prompt.npy"), *common[2:]]  # fmt: skip
+            elif side in HF_SIDES:
+                command = [transformers, str(HF_SIDE), "--dtype", HF_SIDES[side],
+                           "--prompt-ids", str(work / "prompt.npy"), *common]  # fmt: skip
+            else:
+                maker = ["--maker"] if side == sides[0] and round_ == 0 else []
+                command = [sys.executable, __file__, "--child", side, "--prompt", str(prompt),
+                           "--stream-bytes", str(stream_bytes), *common, *maker]  # fmt: skip
+            subprocess.run(command, check=True)
+            with np.load(out) as data:
+                rounds_of[side].append((data["logits"], json.loads(str(data["figures"]))))
+    results = {
+        side: (runs[0][0], medians([f for _, f in runs])) for side, runs in rounds_of.items()
+    }
     streams += [sample() for _ in range(STREAM_SAMPLES)]
     expected = results[sides[0]][0]
     accuracy = {}
@@ -323,11 +331,24 @@ def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers,
     return {side: figures for side, (_, figures) in results.items()}, accuracy, streams
 
 
+def medians(rounds: list[dict]) -> dict:
+    """One side's figures over its rounds: the median of each, every
+    round's paired shares together, and how many rounds there were."""
+    merged = {key: float(np.median([f[key] for f in rounds])) for key in ("load", "ttft", "decode")}
+    for key in ("peak", "steady"):
+        found = [f[key] for f in rounds if f[key] is not None]
+        merged[key] = max(found) if found else None
+    if "paired" in rounds[0]:
+        merged["paired"] = sorted(share for f in rounds for share in f["paired"])
+    return {**merged, "rounds": len(rounds)}
+
+
 def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, steps) -> str:
     """The limit in tokens/s is the median stream sample's; a graph side's
     share of it is the median of its paired shares (`paired_shares`)."""
     stream, best = float(np.median(streams)), max(streams)
     limit = stream / per_token  # tokens/s if a step only streamed its weights
+    rounds = figures["cpu"].get("rounds", 1)
 
     def mib(n):
         return "n/a" if n is None else f"{n / 2**20:,.0f} MiB"
@@ -353,7 +374,8 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
     header = ("measure", *(f"IRON graph, {s} backend" for s in BACKENDS),
               *("float32 oracle" for _ in oracle), *hf)  # fmt: skip
     lines = [
-        f"{label}; Python {platform.python_version()}, {platform.machine()}, one run:",
+        f"{label}; Python {platform.python_version()}, {platform.machine()}, one run"
+        + (f", medians of {rounds} interleaved rounds:" if rounds > 1 else ":"),
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -458,6 +480,9 @@ def main() -> None:
         type=Path,
         help="llama.cpp's convert_hf_to_gguf.py, to make each model's bf16 GGUF once",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run every side this many times, interleaved"
+    )
     parser.add_argument("--child", choices=("oracle", *BACKENDS), help=argparse.SUPPRESS)
     parser.add_argument("--maker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tokens", type=Path, help=argparse.SUPPRESS)
@@ -501,7 +526,7 @@ def main() -> None:
         rate = sgemm_rate(gemms, prompt)  # before and after the sides: the best of both
         llama = args.llama_cpp and (args.llama_cpp, gguf_of(directory, args))
         figures, accuracy, stream = measure(
-            directory, prompt, steps, stream_bytes, oracle, args.transformers, llama
+            directory, prompt, steps, stream_bytes, oracle, args.transformers, llama, args.rounds
         )
         rate = max(rate, sgemm_rate(gemms, prompt))
         per_token = weight_bytes(directory)

@@ -82,7 +82,9 @@ def run(args) -> None:
         started = time.perf_counter()
         model.eval(ids)
         seconds.append(time.perf_counter() - started)
-        rows.append(np.array(model.scores[model.n_tokens - 1], np.float32))
+        # only the last row's logits are computed (logits_all off), as the graph's head does
+        last = np.ctypeslib.as_array(model._ctx.get_logits(), shape=(model.n_vocab(),))
+        rows.append(last.astype(np.float32))
         ids = [int(fed[step])]
     peak, steady = resident_bytes()
     figures = {"load": load, "ttft": seconds[0], "decode": float(np.mean(seconds[1:])),
