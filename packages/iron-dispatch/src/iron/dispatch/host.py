@@ -17,6 +17,8 @@ import importlib
 import inspect
 import logging
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -147,6 +149,29 @@ class HostKernels:
         with self._lock:
             self._kernels.clear()
             self._modules.clear()
+
+
+#: what `warm_elsewhere`'s process runs: each module's warm-up, in order
+_WARM = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m).warm_up()"
+
+
+def warm_elsewhere(modules) -> subprocess.Popen | None:
+    """Start a process that imports each of `modules` and runs its
+    ``warm_up()``: a JIT that caches what it compiles on disk (numba's, in
+    the user cache) then compiles there, on another core, while this
+    process does something else; a later import here loads what it wrote.
+    None when there is nothing to warm. Its output is discarded; it ends
+    by itself (`wait` on the result to be sure it has)."""
+    modules = sorted(set(modules))
+    if not modules:
+        return None
+    env = dict(os.environ)
+    for name, value in OPENMP_ENVIRONMENT:
+        env.setdefault(name, value)
+    return subprocess.Popen(
+        [sys.executable, "-c", _WARM, *modules],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
 
 
 def _keyword_only(fn: Callable) -> set[str]:

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -29,11 +30,13 @@ from tqdm import tqdm
 
 from iron.core.terminal import stdout_closed
 from iron.dispatch import BackendUnavailable, cache_home
+from iron.dispatch.backends.cpu import host_modules
+from iron.dispatch.host import warm_elsewhere
 from iron.dispatch.selection import backend_names, get_backend
 from iron.lm.backends import checked_settings
 from iron.lm.checks import AccuracyBounds, check_accuracy, check_determinism
 from iron.lm.generation import NonFiniteLogits, check_fits, complete
-from iron.lm.model import GraphModel, progress_bar
+from iron.lm.model import GraphModel, progress_bar, status_line
 from iron.lm.protocols import CausalLM
 from iron.lm.sampling import Sampler
 from iron.lm.synthetic import paragraphs
@@ -246,6 +249,8 @@ def _demo(app: App, args: argparse.Namespace) -> int:
     # the demo shows the device path: auto is iron-dispatch's (the npu, else sim)
     backend = get_backend(None).name if args.backend == "auto" else args.backend
     model = app.model.from_pretrained(directory, backend=backend, progress=_progress(args))
+    # the cpu column's kernels compile (first run) or load on the other core meanwhile
+    ahead = warm_elsewhere(host_modules(model.forward)) if backend != "cpu" else None
     print(DEMO_PROMPT, end="", flush=True)
     # random weights: an end-of-text token means nothing, so it does not stop the demo
     ids = model.tokenizer.prompt(DEMO_PROMPT)
@@ -253,6 +258,7 @@ def _demo(app: App, args: argparse.Namespace) -> int:
     print()
     measured = [model.metrics]
     if backend != "cpu":  # beside it, the same generation with the host kernels
+        _wait_for(ahead, "host kernels", "JIT compiling in a second process", args)
         host = app.model.from_pretrained(directory, backend="cpu", progress=_progress(args))
         host.generate(ids, args.num_tokens, Sampler(seed=args.seed), stop_tokens=())
         measured.append(host.metrics)
@@ -263,6 +269,16 @@ def _demo(app: App, args: argparse.Namespace) -> int:
     print(f"against the float32 oracle, from a {len(prompt)}-token prompt:")
     print(report.summary())
     return 0 if report.passed else 1
+
+
+def _wait_for(process, label: str, doing: str, args: argparse.Namespace) -> None:
+    """Wait for `process` (None: nothing to wait for), saying what it does."""
+    if process is None:
+        return
+    with status_line(_progress(args), label) as status:
+        while process.poll() is None:
+            status(doing)
+            time.sleep(0.2)
 
 
 def _make_synthetic(app: App, args: argparse.Namespace) -> int:

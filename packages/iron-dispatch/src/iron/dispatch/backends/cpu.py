@@ -50,6 +50,14 @@ def _target(op: Operator, attribute: str) -> str | None:
     return target if isinstance(target, str) else None
 
 
+def host_modules(function) -> set[str]:
+    """The modules of the host kernels the steps of a graph function's
+    compiled versions name (whatever backend compiled them)."""
+    ops = (step.op for version in function.versions.values() for step in version.runlist.steps)
+    targets = (_target(op, attribute) for op in ops for attribute in _ATTRIBUTES)
+    return {target.partition(":")[0] for target in targets if target is not None}
+
+
 def start_imports(kernels: HostKernels, op: Operator) -> None:
     """Start importing (and warming up) the modules of `op`'s host kernels."""
     for attribute in _ATTRIBUTES:
