@@ -2,6 +2,7 @@
 elsewhere, the same bits as the reference backend for exact operators."""
 
 import logging
+import os
 import sys
 import threading
 
@@ -25,7 +26,7 @@ from dispatch_fakes import (
 from iron.core import bf16
 from iron.dispatch import Backend, get_backend, graph
 from iron.dispatch.backends import cpu
-from iron.dispatch.host import HostKernels
+from iron.dispatch.host import HostKernels, warm_elsewhere
 
 CALLS = [(4, 0, 21), (1, 4, 22), (1, 5, 23), (3, 6, 24)]  # rows, pos, seed: prefill then decodes
 
@@ -218,3 +219,22 @@ def test_waiting_for_a_kernel_module_hears_what_its_warm_up_is_doing(tmp_path, m
     assert set(heard) <= {"importing slow_jit", "compiling kernels (1 of 1)"}
     assert kernels.kernel("slow_jit:kernel") is sys.modules["slow_jit"].kernel
     kernels.close()
+
+
+def test_host_modules_names_the_kernel_modules_of_a_compiled_function():
+    model = make_host_model(np.ones(N, bf16), backend="reference")  # any backend's versions
+    assert cpu.host_modules(model) == set()
+    model.compile(((1, N), bf16))
+    assert cpu.host_modules(model) == {"dispatch_fakes"}
+
+
+def test_warm_elsewhere_runs_each_warm_up_in_a_process_of_its_own(tmp_path, monkeypatch):
+    done = tmp_path / "warmed"
+    (tmp_path / "warm_probe.py").write_text(
+        f"import os\n\ndef warm_up():\n    open({str(done)!r}, 'w').write(str(os.getpid()))\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert warm_elsewhere([]) is None
+    process = warm_elsewhere(["warm_probe", "warm_probe"])
+    assert process.wait(timeout=60) == 0
+    assert int(done.read_text()) == process.pid != os.getpid()
