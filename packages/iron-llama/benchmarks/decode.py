@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -83,6 +84,11 @@ HF_SIDES = {"transformers bf16": "bfloat16", "transformers float32": "float32"}
 HF_SIDE = Path(__file__).with_name("hf_side.py")
 #: llama.cpp's side (`--llama-cpp`) and its threads: the cpu backend's 2
 LLAMA_SIDE, LLAMA_THREADS = "llama.cpp bf16", 2
+#: llama.cpp's OpenMP threads sleep when idle, as the cpu backend's do
+#: (iron.dispatch.host.OPENMP_ENVIRONMENT): its default spins, which a shared
+#: host punishes (one busy neighbour took its decode from 50 to 190-510 ms a
+#: token here) and a quiet one rewards
+LLAMA_ENVIRONMENT = {"OMP_WAIT_POLICY": "passive"}
 LLAMA_SIDE_FILE = Path(__file__).with_name("llama_side.py")
 
 
@@ -313,7 +319,8 @@ def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers,
                 maker = ["--maker"] if side == sides[0] and round_ == 0 else []
                 command = [sys.executable, __file__, "--child", side, "--prompt", str(prompt),
                            "--stream-bytes", str(stream_bytes), *common, *maker]  # fmt: skip
-            subprocess.run(command, check=True)
+            env = {**os.environ, **LLAMA_ENVIRONMENT} if side == LLAMA_SIDE else None
+            subprocess.run(command, check=True, env=env)
             with np.load(out) as data:
                 rounds_of[side].append((data["logits"], json.loads(str(data["figures"]))))
     results = {
@@ -399,8 +406,8 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
     if LLAMA_SIDE in figures:
         cpu, peer = figures["cpu"], figures[LLAMA_SIDE]
         lines.append(
-            f"cpu against llama.cpp ({LLAMA_THREADS} threads, bf16 GGUF of the same checkpoint, "
-            f"in this run): decode {peer['decode'] / cpu['decode']:.2f}x its speed "
+            f"cpu against llama.cpp ({LLAMA_THREADS} threads, OMP_WAIT_POLICY=passive, bf16 GGUF "
+            f"of the same checkpoint, in this run): decode {peer['decode'] / cpu['decode']:.2f}x its speed "
             f"({1 / cpu['decode']:.2f} against {1 / peer['decode']:.2f} tokens/s), time to first "
             f"token {cpu['ttft'] / peer['ttft']:.2f}x its time ({cpu['ttft'] * 1e3:,.0f} against "
             f"{peer['ttft'] * 1e3:,.0f} ms)."
