@@ -255,7 +255,10 @@ class GraphModel:
         """Upload the weights into the arena in pieces of at most
         `piece_bytes`, `threads` at once (default: the graph's
         `UPLOAD_THREADS`), calling ``release(piece)`` (default: the model's
-        `release`) after each. Returns the bytes uploaded."""
+        `release`) after each; those `in_place` accepts are read where they
+        lie instead, where the backend's memory is the host's. Then wait for
+        the host kernels, on a status line. Returns the bytes uploaded or
+        held in place."""
         release = release or self.release
         weights = self.graph_weights()
         total = sum(a.nbytes for a in weights.values())

@@ -281,7 +281,7 @@ def warm(calls, status=None) -> dict:
         if status is not None:
             status(_jit_status(kernel, f"{k + 1} of {len(calls)}"))
         kernel(*args)
-    kernels = [kernel for kernel, _ in calls]
+    kernels = list(dict.fromkeys(kernel for kernel, _ in calls))  # one per specialisation set
     return {
         "seconds": time.perf_counter() - started,
         "compiled": sum(bool(k.stats.cache_misses) for k in kernels),
