@@ -6,7 +6,7 @@ whose memory is the host's (cpu, reference) the weights are read where
 the checkpoint maps them, not copied; the load is then given as a
 multiple of the plain copy into fresh memory (the goal: at most 0.5x).
 
-    uv run --package iron-llama python packages/iron-llama/benchmarks/load.py [--layers 16] [--backend cpu]
+    uv run --package iron-llama python packages/iron-llama/benchmarks/load.py [--layers 16] [--backend cpu] [--write-readme]
 
 Uses the 1b-shaped synthetic model that `decode.py` writes into the user
 cache (written here too if missing).
@@ -15,9 +15,14 @@ cache (written here too if missing).
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+README = Path(__file__).parents[1] / "README.md"
 
 
 def main() -> None:
@@ -25,6 +30,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--threads", type=int, help="upload threads (default: the graph's)")
+    parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -80,21 +86,30 @@ def main() -> None:
             np.copyto(fresh[start : start + source.size], source[: nbytes - start])
         copies.append(time.perf_counter() - started)
     total = sum(seconds for _, seconds in phases)
-    print(
-        f"{args.layers} layers, backend {args.backend}, {nbytes / 1e9:.2f} GB of weights, "
-        f"{len(held)} of {len(model.forward.residents.weights)} weights read in place:\n"
-    )
-    print("| phase | seconds |\n|---|---|")
-    for label, seconds in phases:
-        print(f"| {label} | {seconds:.2f} |")
-    print(f"| total | {total:.2f} |")
-    for memory, seconds in zip(("fresh", "touched"), copies):
-        print(f"| (a plain copy of {nbytes / 1e9:.2f} GB into {memory} memory) | {seconds:.2f} |")
     loading = total - phases[0][1]  # from_pretrained's share: everything but the import
-    print(
-        f"\nLoad (everything after the import): {loading:.2f} s, {loading / copies[0]:.2f}x the "
-        "plain copy into fresh memory."
-    )
+    lines = [
+        f"{args.layers} layers, backend {args.backend}, {nbytes / 1e9:.2f} GB of weights, "
+        f"{len(held)} of {len(model.forward.residents.weights)} weights read in place "
+        f"(load average {os.getloadavg()[0]:.1f}):",
+        "",
+        "| phase | seconds |",
+        "|---|---|",
+        *(f"| {label} | {seconds:.2f} |" for label, seconds in phases),
+        f"| total | {total:.2f} |",
+        *(
+            f"| (a plain copy of {nbytes / 1e9:.2f} GB into {memory} memory) | {seconds:.2f} |"
+            for memory, seconds in zip(("fresh", "touched"), copies)
+        ),
+        "",
+        f"Load (everything after the import): {loading:.2f} s, {loading / copies[0]:.2f}x the "
+        "plain copy into fresh memory (goal: at most 0.5x).",
+    ]
+    print("\n".join(lines))
+    if args.write_readme:
+        from iron.core.benchmarking import write_readme_section
+
+        write_readme_section(README, "load", "\n".join(lines))
+        print(f"wrote {README}", file=sys.stderr)
 
 
 if __name__ == "__main__":
