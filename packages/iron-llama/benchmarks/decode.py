@@ -1,7 +1,7 @@
 """Prefill and decode: the IRON graph on the cpu and reference backends against the float32 oracle.
 
 The 1b-shaped synthetic preset (Llama 3.2 1B's widths, heads and
-128256-token vocabulary; random weights) at 2 and 16 decoder layers: a
+128256-token vocabulary; random weights) at 4 and 16 decoder layers: a
 prefill of 128 tokens, then 32 decode steps. Every side is fed the same
 tokens (the oracle's greedy choices, teacher-forced), so the run also gives
 each backend's KL from the oracle at these shapes. Above 2 layers
@@ -47,7 +47,7 @@ dependencies of iron-llama (e.g. a venv made with
 
     uv run --package iron-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
     ... decode.py --quick           # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
-    ... decode.py --layers 2 16     # the default; 16 layers write a 2.3 GiB synthetic file once
+    ... decode.py --layers 4 16     # the default; 16 layers write a 2.3 GiB synthetic file once
     ... decode.py --transformers /path/to/venv/bin/python   # transformers beside the graph
     ... decode.py --llama-cpp /path/to/venv/bin/python --gguf-converter /path/to/convert_hf_to_gguf.py
 
@@ -462,7 +462,7 @@ def main() -> None:
         "--layers",
         type=int,
         nargs="+",
-        default=[2, 16],
+        default=[4, 16],
         help="decoder layers of the 1b-shaped model",
     )
     parser.add_argument(
