@@ -5,11 +5,13 @@ every family is proven installable on its own.
     uv run nox                  # every session below
     uv run nox -s iron-core     # one package
     uv run nox -s lint
+    uv run nox -s readmes       # every code block of every README
     uv run nox -s slow          # the cases marked slow, across packages
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nox
@@ -19,7 +21,7 @@ PACKAGES = sorted(p.parent.name for p in ROOT.glob("packages/*/pyproject.toml"))
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = False
-nox.options.sessions = [*PACKAGES, "slow", "lint"]
+nox.options.sessions = [*PACKAGES, "readmes", "slow", "lint"]
 
 
 def _export(session: nox.Session, *args: str) -> Path:
@@ -32,11 +34,17 @@ def _export(session: nox.Session, *args: str) -> Path:
     return out
 
 
+def _distribution(package: str) -> str:
+    """The distribution name of the package in folder packages/`package`."""
+    pyproject = (ROOT / "packages" / package / "pyproject.toml").read_text()
+    return re.search(r'^name = "([^"]+)"$', pyproject, re.M).group(1)
+
+
 def _install_package(session: nox.Session, package: str) -> None:
     """Install `package` (not editable: the wheel users get), its workspace
     siblings and its test extra; then any fixture distributions its tests
     ship under tests/plugins/*/ (third-party plugins the tests look for)."""
-    requirements = _export(session, "--package", package, "--extra", "test")
+    requirements = _export(session, "--package", _distribution(package), "--extra", "test")
     session.install("-r", str(requirements), f"./packages/{package}")
     for fixture in sorted(ROOT.glob(f"packages/{package}/tests/plugins/*/pyproject.toml")):
         session.install(f"./{fixture.parent.relative_to(ROOT)}")
@@ -56,16 +64,30 @@ for _package in PACKAGES:
     nox.session(name=_package)(_package_session(_package))
 
 
+def _install_all(session: nox.Session) -> None:
+    """Every package (not editable) with every extra: what `uv run` gives a reader."""
+    requirements = _export(session, "--all-packages", "--all-extras")
+    session.install("-r", str(requirements), *(f"./packages/{p}" for p in PACKAGES))
+
+
+@nox.session
+def readmes(session: nox.Session) -> None:
+    """Every code block of every README, with every package installed (the
+    workspace's tests/: README blocks, installing the wheels); slow ones
+    are the slow session's."""
+    _install_all(session)
+    session.run("pytest", "tests", "-m", "not slow", *session.posargs)
+
+
 @nox.session
 def slow(session: nox.Session) -> None:
     """Every package together, running only the cases marked slow."""
-    requirements = _export(session, "--all-packages", "--all-extras")
-    session.install("-r", str(requirements), *(f"./packages/{p}" for p in PACKAGES))
+    _install_all(session)
     session.env["IRON_REQUIRE_FIXTURE_PLUGINS"] = "0"
     # exit code 5 means "nothing collected": fine while no case is slow
     session.run(
-        "pytest", *(f"packages/{p}/tests" for p in PACKAGES), "-m", "slow", *session.posargs,
-        success_codes=[0, 5],
+        "pytest", "tests", *(f"packages/{p}/tests" for p in PACKAGES), "-m", "slow",
+        *session.posargs, success_codes=[0, 5],
     )  # fmt: skip
 
 

@@ -1,12 +1,18 @@
 """Bad input to the planner's benchmark CLI: exit 2 naming the file, the
 line and the rule, never a traceback; a closed stdout ends it quietly."""
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from iron.alloc.bench import InstanceError, load_instance, main
+from iron.alloc import LiveRange, place
+from iron.alloc.bench import InstanceError, load_instance, main, parser
+from iron.alloc.files import NotRegularFile
+from iron.alloc.render import render_png
 
 
 def run(capsys, *argv):
@@ -77,3 +83,80 @@ def test_a_closed_stdout_ends_the_benchmark_quietly(tmp_path):
     )
     subprocess.os.close(writer)
     assert "Traceback" not in done.stderr and done.returncode == 141
+
+
+def test_a_column_named_twice_in_the_header_is_refused(tmp_path, capsys):
+    (tmp_path / "bad.csv").write_text("id,lower,upper,size,size\na,0,1,5,7\n")
+    code, _, err = run(capsys, "--data", tmp_path, "--random", "10")
+    assert code == 2 and "bad.csv: the header names size twice" in err
+
+
+# ---- special files (issue 28 item 2) ----
+
+
+@contextlib.contextmanager
+def deadline(seconds: int = 20):
+    """Fail (instead of hanging the suite) when the block blocks."""
+
+    def expired(*_):
+        raise TimeoutError(f"blocked for {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="this platform has no FIFOs")
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_an_instance_that_is_a_fifo_or_a_device_exits_2_at_once(tmp_path, capsys, kind):
+    path = tmp_path / "stuck.csv"
+    os.mkfifo(path) if kind == "fifo" else path.symlink_to(kind)
+    with deadline():
+        code, _, err = run(capsys, "--data", tmp_path, "--random", "10")
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    assert code == 2 and f"{path}: is {what}, not a regular file" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="this platform has no FIFOs")
+def test_render_png_never_writes_through_or_replaces_a_fifo(tmp_path):
+    pytest.importorskip("matplotlib")
+    ranges, sizes = {"a": LiveRange(0, 1)}, {"a": 64}
+    plan = place(ranges, sizes)
+    os.mkfifo(tmp_path / "plan.png")
+    with deadline(), pytest.raises(NotRegularFile, match=r"plan\.png: is a FIFO"):
+        render_png(plan, ranges, sizes, tmp_path / "plan.png")
+    assert (tmp_path / "plan.png").is_fifo() and len(list(tmp_path.iterdir())) == 1
+    real = tmp_path / "real.png"
+    (tmp_path / "link.png").symlink_to(real)
+    render_png(plan, ranges, sizes, tmp_path / "link.png")  # the file a link names
+    assert real.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / "link.png").is_symlink()
+
+
+# ---- interrupts and the command line (issue 28 item 4, issue 31 item 4) ----
+
+
+def test_ctrl_c_exits_130_with_one_line(capsys, monkeypatch):
+    import iron.alloc.bench as bench
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "measure", interrupted)
+    code, _, err = run(capsys, "--random", "10")
+    assert code == 130 and err == "iron-alloc-bench: interrupted\n"
+
+
+def test_version_defaults_and_every_option_described(capsys):
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.startswith("iron-alloc-bench (iron-npu-alloc ")
+    code, out, _ = run(capsys, "--help")
+    text = " ".join(out.split())
+    assert code == 0 and "(default: [1, 64])" in text and "(default: None)" not in text
+    bench_parser = parser()
+    undescribed = [a.dest for a in bench_parser._actions if not a.help]
+    assert undescribed == []

@@ -1,10 +1,15 @@
+import argparse
 import json
+import os
+import subprocess
+import sys
+from importlib.metadata import version
 
 import pytest
 
-from iron.core.cli import main, parse_value
+from iron.core.cli import build_parser, main, parse_value
 from iron.core.settings import VARIABLES
-from iron.core.testing import require_distribution
+from iron.core.testing import require_distribution, undescribed_arguments
 
 
 def test_parse_value():
@@ -26,7 +31,7 @@ def test_doctor_reports_an_absent_npu_stack_and_how_to_get_it(capsys, npu_stack)
     npu_stack(present=False)
     status = main(["doctor"])
     out = capsys.readouterr().out
-    assert "iron-core 0.1.0" in out
+    assert "iron-npu-core 0.1.0" in out
     assert "[ ] mlir-aie: not installed (install the mlir_aie and llvm-aie wheels" in out
     assert "[ ] pyxrt: not importable (install XRT with the NPU (amdxdna) plugin" in out
     assert "[ ] NPU device: no /dev/accel/accel* node (needs a Ryzen AI NPU" in out
@@ -126,3 +131,56 @@ def test_incomplete_commands_show_usage(argv, capsys):
 def test_ops_show_refuses_a_parameter_without_a_value(capsys):
     assert main(["ops", "show", "NoSuchThing", "size"]) == 2
     assert "iron ops show: parameters are key=value, got 'size'" in capsys.readouterr().err
+
+
+# ---- CLIs people know (issue 31 item 4) ----
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"iron (iron-npu-core {version('iron-npu-core')})\n"
+
+
+def test_every_option_and_argument_is_described():
+    """iron-core's own commands here; each plugin's tests check its own."""
+    own = {"iron", "iron ops", "iron devices", "iron plugins", "iron doctor", "iron spec"}
+    found = undescribed_arguments(build_parser())
+    assert [a for a in found if " ".join(a.split(":")[0].split()[:2]) in own] == []
+    bare = argparse.ArgumentParser(prog="bare")
+    bare.add_subparsers().add_parser("sub").add_argument("thing")
+    assert undescribed_arguments(bare) == ["bare sub: thing"]  # and would see a gap
+
+
+def test_help_shows_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["ops", "show", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: npu2)" in out and "(default: None)" not in out
+    assert "(default: False)" not in out
+
+
+def test_doctor_json(capsys, npu_stack, monkeypatch):
+    npu_stack(present=False)
+    monkeypatch.setenv("IRON_DEVICE", "npu1")
+    status = main(["doctor", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == status and status in (0, 1)
+    (row,) = [r for r in report["settings"] if r["variable"] == "IRON_DEVICE"]
+    assert row == {"variable": "IRON_DEVICE", "value": "npu1", "source": "env", "problem": None}
+    assert report["packages"]["iron-npu-core"] == version("iron-npu-core")
+    assert {p["name"] for p in report["plugins"]} >= {"core"}
+    (mlir,) = [p for p in report["npu_stack"] if p["name"] == "mlir-aie"]
+    assert mlir["present"] is False and "not on PyPI" in mlir["how_to_get"]
+
+
+def test_shell_completion_through_argcomplete(tmp_path):
+    pytest.importorskip("argcomplete", reason="the completion extra is not installed")
+    answer = tmp_path / "completions"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": "iron sp",
+           "COMP_POINT": "7", "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)}  # fmt: skip
+    code = "import sys; from iron.core.cli import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert answer.read_text().split() == ["spec"]

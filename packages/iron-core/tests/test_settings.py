@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from iron.core.settings import VARIABLES, Settings, current
+from iron.core.settings import VARIABLES, Settings, SettingsError, current, report, value
 
 
 def test_defaults_and_where_they_came_from():
@@ -33,14 +33,14 @@ def test_environment_values_and_their_source():
     assert s.cache_home == Path("/tmp/iron-cache")
     assert s.plugins == {"eltwise", "gemm"} and s.disable_plugins == {"*"}
     assert set(s.sources.values()) == {"env"}
-    assert ("IRON_PLUGINS", "eltwise,gemm", "env") in s.rows()
+    assert ("IRON_PLUGINS", "eltwise,gemm", "env", None) in report({}, env)
 
 
 def test_an_empty_variable_is_unset():
     s = Settings.from_environment({"IRON_BACKEND": "", "IRON_PLUGINS": " "})
     assert s.backend == "auto" and s.plugins is None
     assert s.sources["IRON_BACKEND"] == "default"
-    assert ("IRON_PLUGINS", "(all)", "default") in s.rows()
+    assert ("IRON_PLUGINS", "(all)", "default", None) in report({}, {"IRON_PLUGINS": " "})
 
 
 @pytest.mark.parametrize("variable", ["IRON_POISON", "IRON_DEBUG", "IRON_REQUIRE_FIXTURE_PLUGINS"])
@@ -67,3 +67,23 @@ def test_no_other_module_reads_an_iron_variable():
     assert [str(p) for p in sources if reads.search(p.read_text())] == []
     documented = (Path(__file__).parents[1] / "README.md").read_text()
     assert [v.name for v in VARIABLES if f"| `{v.name}` |" not in documented] == []
+
+
+def test_a_cache_home_is_an_absolute_path_to_a_folder_or_nothing_yet(tmp_path):
+    assert Settings.from_environment({"IRON_CACHE_HOME": str(tmp_path / "new")}).cache_home == (
+        tmp_path / "new"
+    )
+    (tmp_path / "file").write_text("")
+    for text, rule in [("cache", "must be an absolute path"),
+                       (str(tmp_path / "file"), "is a regular file, not a folder")]:  # fmt: skip
+        with pytest.raises(SettingsError, match=re.escape(f"IRON_CACHE_HOME={text!r}: {rule}")):
+            Settings.from_environment({"IRON_CACHE_HOME": text})
+
+
+def test_one_variable_is_read_alone():
+    """The registry reads its lists so: a malformed flag does not stop it."""
+    environ = {"IRON_DEBUG": "yes", "IRON_PLUGINS": "a, b"}
+    assert value("IRON_PLUGINS", environ) == {"a", "b"}
+    with pytest.raises(SettingsError, match="IRON_DEBUG='yes'"):
+        value("IRON_DEBUG", environ)
+    assert report({"IRON_DEBUG": "bad"}, environ)[6] == ("IRON_DEBUG", "yes", "env", "bad")

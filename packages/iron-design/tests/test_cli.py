@@ -29,6 +29,23 @@ def test_mlir_flag_prints_the_module(capsys):
     assert "aie.device(npu1)" in out and "aie.objectfifo.link" in out
 
 
+def test_the_configuration_digest_is_shown_in_text_json_and_the_lowered_tables(capsys):
+    import json
+
+    from iron.core import Device
+    from iron.design import examples, lower
+
+    args = ["design", "example", "add_one", "n=4096", "tile=512", "--device", "npu1"]
+    expected = lower(examples.add_one(Device.from_name("npu1"), n=4096, tile=512))
+    digest = expected.configuration.digest()
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["configuration"] == digest
+    assert main(args) == 0
+    assert f"configuration {digest[:12]}" in capsys.readouterr().out
+    assert main([*args, "--lowered"]) == 0
+    assert capsys.readouterr().out.startswith(f"configuration {digest[:12]}\n")
+
+
 def test_bad_parameters_exit_2_with_a_message(capsys):
     assert main(["design", "example", "add_one", "tile"]) == 2
     assert "parameters are key=value, got 'tile'" in capsys.readouterr().err

@@ -31,6 +31,8 @@ from iron.design.model import (
     Worker,
     core,
     element_type,
+    join,
+    link_lanes,
     memtile,
     shim,
     shipped,
@@ -63,7 +65,7 @@ def test_tap_padding_keeps_the_visit_order():
     [
         ((1, 2, 3, 4, 5), (1, 1, 1, 1, 1), "1 to 4 dimensions"),
         ((2, 2), (1,), "as many sizes as strides"),
-        ((0, 4), (4, 1), "sizes are positive"),
+        ((0, 4), (4, 1), r"TAP: sizes\[0\] = 0 is outside 1\.\."),
     ],
 )
 def test_malformed_taps_are_refused(sizes, strides, message):
@@ -210,10 +212,6 @@ def test_the_tiny_design_is_well_formed(npu1):
             {"workers": (Worker("w", (Loop(Param("n"), (Acquire("in"),)),)),)},
             "uses parameter 'n', which the design does not declare",
         ),
-        (
-            {"workers": (Worker("w", (Call(add_one_kernel(8), (Obj("in"), 3.5)),)),)},
-            "argument 3.5 is not an Obj, Buf, Param or int",
-        ),
     ],
 )
 def test_malformed_designs_name_what_is_wrong(npu1, changes, message):
@@ -221,11 +219,66 @@ def test_malformed_designs_name_what_is_wrong(npu1, changes, message):
         _tiny(npu1, **changes)
 
 
-def test_split_offsets_must_stay_inside_the_object(npu1):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((Obj("in"), Obj("out")), "kernel add_one_i32 takes 3 arguments, called with 2"),
+        (
+            (Obj("in"), 5, 8),
+            r"argument 1 is a buffer \(memref<8xi32>\): an acquired object \(Obj\) or a core "
+            r"buffer \(Buf\), got 5",
+        ),
+        (
+            (Obj("in"), Obj("out"), 3.5),
+            r"argument 2 is a scalar \(i32\): an int or a Param, got 3.5",
+        ),
+        (
+            (Obj("in"), Obj("out"), True),
+            r"argument 2 is a scalar \(i32\): an int or a Param, got True",
+        ),
+        ((Obj("in"), Obj("out"), Obj("in")), r"argument 2 is a scalar \(i32\)"),
+    ],
+)
+def test_a_call_that_does_not_fit_its_kernel_is_refused_when_built(args, message):
+    """The argument count and kinds are the call's own: checked once, where
+    the call is built, so check, the emitter and the simulator never meet them."""
+    with pytest.raises(DesignError, match=message):
+        Call(add_one_kernel(8), args)
+
+
+@pytest.mark.parametrize(
+    "offsets, lane, offset, span",
+    [
+        ([0, 256, 512, 800], "in2", 512, 288),  # a span that is not whole objects
+        ([0, 256, 512, 1024], "in3", 1024, 0),  # the last lane starts past the object
+        ([0, 128, 384, 768], "in0", 0, 128),  # an overlap: a span shorter than an object
+        ([256, 0, 512, 768], "in0", 256, -256),  # offsets that fall
+    ],
+)
+def test_each_lane_spans_whole_objects_up_to_the_next_offset(npu1, offsets, lane, offset, span):
     design = split_join(npu1, tile=256, workers=4)
-    bad = split("scatter", "in", [f"in{i}" for i in range(4)], [0, 256, 512, 800])
-    with pytest.raises(DesignError, match=r"fifo in3 at offset 800 \(256 elements\) runs past"):
+    bad = split("scatter", "in", [f"in{i}" for i in range(4)], offsets)
+    with pytest.raises(
+        DesignError,
+        match=rf"link scatter: fifo {lane} at offset {offset} spans {span} elements up to the "
+        r"next offset .* not a whole number of its 256-element objects",
+    ):
         attrs.evolve(design, links=(bad, design.links[1]))
+
+
+def test_a_lane_may_span_several_objects(npu1):
+    """mlir-aie moves each lane from its offset to the next, so a gap after
+    a lane's object is more objects of that lane (`link_lanes`)."""
+    design = split_join(npu1, tile=256, workers=2)
+    gapped = split("scatter", "in", ["in0", "in1"], [0, 256])
+    assert link_lanes(design, gapped) == (("in0", 0, 256), ("in1", 256, 256))
+    design = split_join(npu1, n=4096, tile=256, workers=2)
+    fifos = [attrs.evolve(f, shape=(1024,)) if f.name in ("in", "out") else f for f in design.fifos]
+    wide = attrs.evolve(design, fifos=tuple(fifos), links=(
+        split("scatter", "in", ["in0", "in1"], [0, 512]),
+        join("gather", ["out0", "out1"], "out", [0, 512]),
+    ))  # fmt: skip
+    assert link_lanes(wide, wide.links[0]) == (("in0", 0, 512), ("in1", 512, 512))
 
 
 def test_add_one_uses_the_runtime_at_both_ends(npu1):

@@ -34,7 +34,8 @@ def test_too_many_workers_name_the_core_count():
     with pytest.raises(
         DesignError, match="5 workers do not fit the 4 core tiles of npu1 at 1 columns"
     ):
-        place(split_join(narrow, workers=5, n=5 * 256))
+        design = split_join(Device.from_name("npu1"), workers=5, n=5 * 256)
+        place(attrs.evolve(design, device=narrow))
 
 
 def test_links_sit_in_the_column_of_their_workers(npu1):

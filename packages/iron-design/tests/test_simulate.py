@@ -19,16 +19,21 @@ from sim_designs import (
 )
 
 from iron.core import Device
-from iron.core.spec import INOUT, OUT
+from iron.core.spec import IN, INOUT, OUT
 from iron.design import examples
+from iron.design.check import check
+from iron.design.lower import lower
 from iron.design.model import (
     TAP,
     Acquire,
     Call,
+    Design,
     Drain,
     Fill,
     Finish,
+    Kernel,
     Loop,
+    Memref,
     Obj,
     ObjectFifo,
     Param,
@@ -42,6 +47,7 @@ from iron.design.model import (
     forward,
     memtile,
     shim,
+    shipped,
     split,
 )
 from iron.design.simulate import BytesMoved, DeadlockError, simulate
@@ -61,6 +67,11 @@ def ints(*shape) -> np.ndarray:
     [
         ("i32", ints),
         ("i8", lambda n: rng.integers(-128, 128, n, dtype=np.int8)),
+        ("i16", lambda n: rng.integers(-(2**15), 2**15, n, dtype=np.int16)),
+        ("u8", lambda n: rng.integers(0, 256, n, dtype=np.uint8)),
+        ("u16", lambda n: rng.integers(0, 2**16, n, dtype=np.uint16)),
+        ("u32", lambda n: rng.integers(0, 2**32, n, dtype=np.uint32)),
+        ("f32", lambda n: rng.standard_normal(n).astype(np.float32)),
         ("bf16", lambda n: rng.standard_normal(n).astype(ml_dtypes.bfloat16)),
     ],
 )
@@ -104,21 +115,92 @@ def test_split_across_cores_and_join_back(npu1, workers):
     ] * workers
 
 
-@pytest.mark.parametrize("reversed_link", [0, 1])
-def test_link_offsets_place_slices_in_the_buffer_not_in_the_stream(npu1, reversed_link):
-    """mlir-aie lowers a split's receiving side (a join's sending side) to
-    one BD per small fifo, in the order listed, each at that fifo's offset.
-    So lane i gets (gives) the i-th piece of the stream whatever the
-    offsets: reversing them leaves the answer alone, where taking each
-    lane's slice of the large object at its offset would reverse the pieces."""
-    design = examples.split_join(npu1, 4096, 256, 4)
-    link = design.links[reversed_link]
-    reversed_offsets = attrs.evolve(link, offsets=(768, 512, 256, 0))
-    links = tuple(reversed_offsets if k is link else k for k in design.links)
-    x = ints(4096)
-    y = simulate(attrs.evolve(design, links=links), {"x": x})["y"]
-    np.testing.assert_array_equal(y, x + 1)
-    assert not np.array_equal(y, x.reshape(-1, 4, 256)[:, ::-1, :].reshape(-1) + 1)
+def _split_to_two_cores(device, offsets, n=4096):
+    """x is split at the memtile into lanes of 256-element objects at
+    `offsets` of each 1024-element object; a core adds one to each lane and
+    the runtime drains lane i into y<i>."""
+    lanes = range(2)
+    fifos = [ObjectFifo("in", 1024, "i32", shim(), (memtile("scatter"),))]
+    workers = []
+    for i in lanes:
+        fifos += [
+            ObjectFifo(f"in{i}", 256, "i32", memtile("scatter"), (core(f"w{i}"),)),
+            ObjectFifo(f"out{i}", 256, "i32", core(f"w{i}"), (shim(),)),
+        ]
+        workers.append(Worker(f"w{i}", add_one_body(256, f"in{i}", f"out{i}")))
+    stream = (1024 - offsets[0]) * n // 1024  # elements before the first offset are never sent
+    spans = [offsets[1] - offsets[0], 1024 - offsets[1]]
+    per_lane = [stream * span // (1024 - offsets[0]) for span in spans]
+    return Design(
+        "gapped",
+        device,
+        (
+            Tensor("x", stream, "i32", IN),
+            *(Tensor(f"y{i}", per_lane[i], "i32", OUT) for i in lanes),
+        ),
+        tuple(fifos),
+        tuple(workers),
+        (Fill("in", "x"), *(Drain(f"out{i}", f"y{i}") for i in lanes)),
+        links=(split("scatter", "in", ["in0", "in1"], offsets),),
+    )
+
+
+@pytest.mark.parametrize(
+    "offsets, spans",
+    [
+        ([0, 256], [256, 768]),  # the gap after lane 0's object: lane 1 takes three objects
+        ([0, 512], [512, 512]),  # lane 0 takes two
+        ([256, 512], [256, 512]),  # nothing before 256 is moved: the stream fills 256..1023
+    ],
+)
+def test_a_gapped_split_moves_each_lane_up_to_the_next_offset(npu1, offsets, spans):
+    """mlir-aie's link lowering moves lane i from its offset to the next
+    (`getDistributeTransferLengths`): the memtile writes the stream into each
+    slot from the first offset on, and lane i sends its span on, a whole
+    number of its objects. Known answer: numpy cuts the stream into spans."""
+    design = _split_to_two_cores(npu1, offsets)
+    assert check(design).ok
+    x = ints(design.tensor("x").size)
+    run = simulate(design, {"x": x})
+    per_slot = x.reshape(-1, sum(spans))
+    np.testing.assert_array_equal(run["y0"], per_slot[:, : spans[0]].reshape(-1) + 1)
+    np.testing.assert_array_equal(run["y1"], per_slot[:, spans[0] :].reshape(-1) + 1)
+
+
+def add_position_model(x: np.ndarray, y: np.ndarray) -> None:
+    """Each element plus its place in the object: a result that tells
+    objects that were put together in the wrong order."""
+    y[:] = x + np.arange(len(x), dtype=np.int32)
+
+
+def test_an_aggregating_forward_puts_source_objects_together(npu1):
+    """A forward whose destination objects are four of its source's: the
+    memtile pool holds destination objects (`createObjectFifoElements` keeps
+    the larger side) and its S2MM BD takes four source objects into one."""
+    n = 4096
+    line = Memref((1024,), "i32")
+    kernel = Kernel("add_position", (line, line), shipped("tests", "x.cc"), add_position_model)
+    body = (Acquire("big"), Acquire("out"), Call(kernel, (Obj("big"), Obj("out"))),
+            Release("big"), Release("out"))  # fmt: skip
+    design = Design(
+        "aggregate",
+        npu1,
+        (Tensor("x", n, "i32", IN), Tensor("y", n, "i32", OUT)),
+        (
+            ObjectFifo("small", 256, "i32", shim(), (memtile("gather"),)),
+            ObjectFifo("big", 1024, "i32", memtile("gather"), (core("w"),)),
+            ObjectFifo("out", 1024, "i32", core("w"), (shim(),)),
+        ),
+        (Worker("w", body),),
+        (Fill("small", "x"), Drain("out", "y")),
+        links=(forward("gather", "small", "big"),),
+    )
+    assert check(design).ok
+    pool = next(p for p in lower(design).configuration.pools if p.kind == "memtile")
+    assert (pool.name, pool.size) == ("big", 1024)
+    x = ints(n)
+    expected = x + np.tile(np.arange(1024, dtype=np.int32), n // 1024)
+    np.testing.assert_array_equal(simulate(design, {"x": x})["y"], expected)
 
 
 def test_a_corrupted_stride_moves_elements(npu1):

@@ -4,6 +4,7 @@ import pytest
 from iron.core import Device
 from iron.core.spec import IN, OUT
 from iron.design.examples import add_one, passthrough, repeat, split_join
+from iron.design.lower import lower
 from iron.design.model import (
     TAP,
     Acquire,
@@ -22,8 +23,7 @@ from iron.design.model import (
     memtile,
     shim,
 )
-from iron.design.place import place
-from iron.design.usage import MM2S, S2MM, shim_tasks, usage
+from iron.design.usage import MM2S, S2MM, usage
 
 
 def _channels(used, direction):
@@ -66,13 +66,18 @@ def _one_worker(device, acquire: int, depth: int, core_depth: int | None = None)
 @pytest.mark.parametrize(
     "acquire, depth, core_depth, pool",
     [
-        (1, 4, None, 4),  # the declared depth, which to_mlir writes per endpoint
-        (2, 2, None, 2),
-        (1, 1, None, 1),
-        (1, 2, 5, 5),  # an endpoint's own depth wins
+        # one depth for every end: to_mlir writes that one number, and the
+        # lowering sizes a core's pool to its largest acquire + 1
+        # (`findObjectFifoSize`)
+        (1, 4, None, 2),
+        (2, 2, None, 3),
+        (1, 1, None, 1),  # one object acquired one at a time: one buffer
+        # depths that differ are written per endpoint and kept as given
+        (1, 2, 5, 5),
+        (2, 4, 2, 2),
     ],
 )
-def test_core_pools_hold_the_declared_depth(npu1, acquire, depth, core_depth, pool):
+def test_core_pools_hold_the_depth_mlir_aie_sizes(npu1, acquire, depth, core_depth, pool):
     used = usage(_one_worker(npu1, acquire, depth, core_depth))[Tile(0, 2)]
     (fifo,) = [item for item in used.memory if item.kind == "fifo"]
     assert (fifo.count, fifo.nbytes) == (pool, 32)
@@ -134,9 +139,11 @@ def test_a_split_keeps_the_source_objects_and_a_join_the_destinations(npu1):
     ]
     # a lock pair per lane of each link
     assert [(lock.fifo, lock.count) for lock in mem.locks] == [("in", 8), ("out", 8)]
-    # channels in fifo-name order; the pool's own channel takes a BD per object per lane
+    # channels in the order the fifos are emitted (in, out, in0, out0, in1...),
+    # each taking its tile's lowest free one; the pool's own channel takes a
+    # BD per object per lane
     assert _channels(mem, S2MM) == [(0, "in", 8), (1, "out0", 2), (2, "out1", 2), (3, "out2", 2), (4, "out3", 2)]  # fmt: skip
-    assert _channels(mem, MM2S) == [(0, "in0", 2), (1, "in1", 2), (2, "in2", 2), (3, "in3", 2), (4, "out", 8)]  # fmt: skip
+    assert _channels(mem, MM2S) == [(0, "out", 8), (1, "in0", 2), (2, "in1", 2), (3, "in2", 2), (4, "in3", 2)]  # fmt: skip
     assert [c.words for c in mem.channels] == [tile] * 10  # each BD moves one lane's slice
 
 
@@ -145,7 +152,7 @@ def test_a_join_pool_takes_the_destination_depth(npu1):
     fifos = [attrs.evolve(f, depth=3) if f.name == "out" else f for f in design.fifos]
     mem = usage(attrs.evolve(design, fifos=fifos))[Tile(0, 1)]
     assert [(i.name, i.count) for i in mem.memory] == [("in", 2), ("out", 3)]
-    assert _channels(mem, MM2S)[-1] == (2, "out", 3 * 2)
+    assert _channels(mem, MM2S)[0] == (0, "out", 3 * 2)
     assert _channels(mem, S2MM)[1:] == [(1, "out0", 3), (2, "out1", 3)]
 
 
@@ -235,16 +242,19 @@ def test_shim_tasks_stay_live_until_their_group_finishes(npu1):
         *(Fill("in", "x", tap, group="a") for tap in quarter[2:]),
         Drain("out", "y", quarter[1], group="b"),
     )
-    tasks = shim_tasks(attrs.evolve(place(design), sequence=sequence))
-    assert [(t.index, t.tile_live, t.channel_live) for t in tasks] == [
-        (0, 1, 1), (1, 2, 2), (2, 3, 1), (4, 2, 1), (5, 3, 2), (6, 4, 2),
+    tasks = lower(attrs.evolve(design, sequence=sequence)).runtime.tasks
+    # BD ids taken lowest first and given back when the group finishes; the
+    # queue of each channel holds a task until it is shown done, which a
+    # group that waited for nothing does not show
+    assert [(t.index, t.bd_id, t.live, t.queued) for t in tasks] == [
+        (0, 0, 1, 1), (1, 1, 2, 2), (2, 2, 3, 1), (4, 0, 2, 3), (5, 1, 3, 4), (6, 3, 4, 2),
     ]  # fmt: skip
     assert tasks[0].subject == "transfer 0 (fill in from x)"
     assert tasks[2].subject == "transfer 2 (drain out to y)"
-    assert {t.words for t in tasks} == {1024}
     used = usage(attrs.evolve(design, sequence=sequence))[Tile(0, 0)]
     assert used.bds == 4
-    assert _channels(used, MM2S) == [(0, "in", 2)] and _channels(used, S2MM) == [(0, "out", 2)]
+    assert _channels(used, MM2S) == [(0, "in", 4)] and _channels(used, S2MM) == [(0, "out", 2)]
+    assert {c.words for c in used.channels} == {1024}
 
 
 def test_a_join_of_core_lanes_counts_each_lane_once(npu2):

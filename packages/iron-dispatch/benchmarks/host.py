@@ -8,7 +8,7 @@
 - the device path: 16 steps of one design (iron-design's add_one example)
   simulated on the sim backend, fused, against their references.
 
-    uv run --package iron-dispatch python packages/iron-dispatch/benchmarks/host.py [--write-readme]
+    uv run --package iron-npu-dispatch python packages/iron-dispatch/benchmarks/host.py [--write-readme]
 """
 
 from __future__ import annotations

@@ -31,6 +31,10 @@ ALLOWED = {
     # a bounded memo (64 decoded B chunks) of the FLM kernel model, which the
     # simulator calls with arrays alone: iron-ops-flm's to move
     "iron.ops.flm.design._decoded": "bounded kernel-model memo, iron-ops-flm's",
+    "iron.ops.flm.design._a_tile": "bounded kernel-model memo, iron-ops-flm's",
+    # a family's kernel manifest, data shipped in the package and read once
+    "iron.design.manifest.load": "package data read once",
+    "iron.ops.gemm.gemm.load": "iron.design.manifest.load, imported by name",
 }
 
 _IMMUTABLE = (

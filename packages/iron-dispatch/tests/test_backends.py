@@ -5,6 +5,7 @@ import pytest
 from dispatch_fakes import Blurry, Mul, N, Scale, Shift, Sloppy, expected_outputs, make_model
 
 from iron.core import bf16, capture, compare, hookimpl, registry
+from iron.core.settings import SettingsError
 from iron.dispatch import (
     Backend,
     BackendUnavailable,
@@ -261,7 +262,7 @@ def test_iron_backend_overrides_the_default(monkeypatch, weight):
     assert make_model(weight, backend=None).backend.name == "reference"
     assert make_model(weight, backend="sim").backend.name == "sim"  # an explicit choice wins
     monkeypatch.setenv("IRON_BACKEND", "gpu")
-    with pytest.raises(KeyError, match="IRON_BACKEND='gpu' is not a registered backend"):
+    with pytest.raises(SettingsError, match="IRON_BACKEND='gpu': not a registered backend"):
         get_backend()
 
 

@@ -2,7 +2,9 @@
 and the rule named, and a version that fails to compile changes nothing."""
 
 import importlib
+import json
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -16,6 +18,10 @@ from iron.core import bf16, capture
 from iron.core.cli import main
 from iron.dispatch import CompileCache, OperatorSequence, graph
 from iron.dispatch.cache import MANIFEST
+from iron.dispatch.pipeline import OPERATORS
+from iron.dispatch.program import Program, ProgramStep
+from iron.dispatch.runtime import scratchpad_layout
+from iron.dispatch.sim_xrt import SimulatedXrt
 
 
 def chain():
@@ -342,13 +348,24 @@ def planted(root, tmp_path):
 
 
 def finishes(fn, seconds=60):
-    """fn() returns within `seconds` (a read that waits on a FIFO never would)."""
+    """fn() returns or raises within `seconds` (a read that waits on a FIFO
+    never would)."""
     done = []
-    thread = threading.Thread(target=lambda: done.append(fn()), daemon=True)
+
+    def run():
+        try:
+            done.append((True, fn()))
+        except BaseException as error:  # raised again below, in the test's thread
+            done.append((False, error))
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(seconds)
     assert done, f"still running after {seconds} s"
-    return done[0]
+    ok, value = done[0]
+    if not ok:
+        raise value
+    return value
 
 
 def test_a_lock_planted_as_a_link_never_touches_its_target(private_cache, tmp_path):
@@ -402,7 +419,7 @@ def test_a_manifest_that_is_not_a_regular_file_is_refused_never_read(private_cac
     assert finishes(lambda: main(["cache", "info"])) == 0
     out = capsys.readouterr().out
     assert (
-        f"invalid: the manifest {MANIFEST} was refused: {manifest} is {what}, not a regular file"
+        f"invalid: the manifest {MANIFEST} was refused: {manifest}: is {what}, not a regular file"
         in out
     )
     assert finishes(lambda: CompileCache(private_cache).clear()) == 0  # not ours to remove
@@ -410,3 +427,145 @@ def test_a_manifest_that_is_not_a_regular_file_is_refused_never_read(private_cac
     finishes(lambda: scale.compile(((N,), bf16)))  # rebuilt in its place
     (entry,) = CompileCache(private_cache).entries()
     assert f"{what}, not a regular file" in entry["repaired"]
+
+
+# ---- JSON of the wrong type, duplicate keys (issue 28 item 8) ----
+
+
+def _tampered(root, change):
+    """Compile once, then rewrite the entry's manifest with `change(manifest)`."""
+    cached_scale().compile(((N,), bf16))
+    (entry,) = CompileCache(root).entries()
+    path = Path(entry["path"]) / MANIFEST
+    text = change(json.loads(path.read_text()))
+    path.write_text(text if isinstance(text, str) else json.dumps(text))
+    return entry["key"]
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [(lambda m: {**m, "mode": 3}, "mode=3: must be a string, not an integer"),
+     (lambda m: {**m, "created": "yesterday"}, "created='yesterday': must be a number, not a str"),
+     (lambda m: {**m, "files": {k: {**v, "nbytes": str(v["nbytes"])} for k, v in m["files"].items()}},
+      "nbytes='"),
+     (lambda m: {**m, "files": {k: {**v, "nbytes": float(v["nbytes"])} for k, v in m["files"].items()}},
+      "must be an integer, not a number"),
+     (lambda m: {**m, "files": {"../../outside": {"nbytes": 1, "sha256": "0"}}},
+      "files names '../../outside', which lies outside the entry"),
+     (lambda m: '{"format": "iron-cache/2", ' + json.dumps(m)[1:], "key 'format' appears twice")],
+    ids=["string-mode", "string-created", "string-nbytes", "float-nbytes", "outside", "twice"],
+)  # fmt: skip
+def test_a_manifest_field_of_the_wrong_type_is_an_invalid_entry_named_and_rebuilt(
+    private_cache, capsys, change, why
+):
+    key = _tampered(private_cache, change)
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"{key[:16]}  invalid: the manifest {MANIFEST} was refused: " in out and why in out
+    scale = cached_scale()
+    scale.compile(((N,), bf16))
+    assert (scale.backend.hits, scale.backend.misses) == (0, 1)
+    assert why in CompileCache(private_cache).entries()[0]["repaired"]
+
+
+def test_cache_info_shows_a_name_from_a_manifest_escaped(private_cache, capsys):
+    _tampered(private_cache, lambda m: {**m, "name": "\x1b]0;owned\x07scale"})
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b]0;owned\\x07scale" in out
+
+
+def test_a_program_field_of_the_wrong_type_is_refused_naming_the_file_and_field(tmp_path):
+    scale = cached_scale()
+    scale.compile(((N,), bf16))
+    (version,) = scale.versions.values()
+    program = json.loads(Path(version.image.elves[0]).read_text())
+    cases = [({**program, "sizes": [str(program["sizes"][0]), *program["sizes"][1:]]},
+              "sizes[0]='"),
+             ({**program, "trace_size": 0.0}, "trace_size=0.0: must be an integer, not a number"),
+             ({**program, "steps": [{**program["steps"][0], "device": 7}]},
+              "steps[0].device=7: must be a string or null, not an integer"),
+             ({**program, "steps": [{**program["steps"][0], "reads": [True]}]},
+              "steps[0].reads[0]=True: must be an integer, not true or false")]  # fmt: skip
+    path = tmp_path / "program0.json"
+    for data, rule in cases:
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=re.escape(f"{path}: {rule}")):
+            SimulatedXrt().elf(path)
+
+
+def test_an_operator_record_of_the_wrong_type_is_refused_naming_the_file_and_field(tmp_path):
+    step = ProgramStep(index=0, operator="Scale", device=None, digest=None, host="k1", args=(),
+                       reads=(), writes=(), params=())  # fmt: skip
+    program = Program(name="p", device="npu2", steps=(step,), sizes=(), words=())
+    (tmp_path / "program0.json").write_text(program.to_json())
+    record = {
+        "class": "iron.ops.eltwise.relu:ReLU",
+        "params": {"size": 64},
+        "device": ["npu2", "4"],
+    }
+    (tmp_path / OPERATORS).write_text(json.dumps({"k1": record}))
+    with pytest.raises(RuntimeError, match=re.escape(
+        f"{tmp_path / OPERATORS}: k1.device[1]='4': must be an integer, not a string"
+    )):  # fmt: skip
+        SimulatedXrt().elf(tmp_path / "program0.json")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="this platform has no FIFOs")
+def test_a_program_or_its_parameter_table_that_is_a_fifo_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "program0.json")
+    with pytest.raises(ValueError, match=r"program0\.json: is a FIFO, not a regular file"):
+        finishes(lambda: SimulatedXrt().elf(tmp_path / "program0.json"), 20)
+    os.mkfifo(tmp_path / "program0.params.txt")
+    with pytest.raises(ValueError, match=r"program0\.params\.txt: is a FIFO, not a regular file"):
+        finishes(lambda: scratchpad_layout(str(tmp_path / "program0.elf")), 20)
+
+
+def test_a_parameter_table_line_that_cannot_be_read_names_the_file_and_line(tmp_path):
+    (tmp_path / "p.params.txt").write_text("2\npos 0 i32 core\npos 1 i32 core\n")
+    with pytest.raises(ValueError, match=r"p\.params\.txt: line 3: parameter pos appears twice"):
+        scratchpad_layout(str(tmp_path / "p.elf"))
+    (tmp_path / "p.params.txt").write_text("1\npos zero\n")
+    with pytest.raises(ValueError, match=r"p\.params\.txt: line 2: not `<name> <index>"):
+        scratchpad_layout(str(tmp_path / "p.elf"))
+
+
+# ---- IRON_* values, interrupts, the CLI (items 4 and 5; issue 31 item 4) ----
+
+
+@pytest.mark.parametrize(
+    "value, rule",
+    [("relative", "IRON_CACHE_HOME='relative': must be an absolute path"),
+     ("/dev/null", "IRON_CACHE_HOME='/dev/null': is a character device, not a folder")],
+)  # fmt: skip
+@pytest.mark.parametrize("action", ["info", "clear"])
+def test_a_bad_cache_home_is_one_line_and_exit_2(capsys, monkeypatch, value, rule, action):
+    monkeypatch.setenv("IRON_CACHE_HOME", value)
+    assert main(["cache", action]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"iron: {rule}" + err.split(rule)[1] and err.count("\n") == 1 and out == ""
+
+
+def test_a_graph_refuses_a_bad_cache_home_naming_it(monkeypatch):
+    monkeypatch.setenv("IRON_CACHE_HOME", "relative")
+    with pytest.raises(ValueError, match="IRON_CACHE_HOME='relative': must be an absolute path"):
+        cached_scale()
+
+
+def test_an_interrupted_clear_leaves_no_half_entry_and_the_next_clear_finishes(
+    private_cache, monkeypatch
+):
+    cached_scale().compile(((N,), bf16))
+    (entry,) = CompileCache(private_cache).entries()
+    real = shutil.rmtree
+
+    def interrupted(path, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        CompileCache(private_cache).clear()
+    assert not Path(entry["path"]).exists() and CompileCache(private_cache).entries() == []
+    monkeypatch.setattr(shutil, "rmtree", real)
+    CompileCache(private_cache).clear()
+    assert list(private_cache.rglob("*")) == [private_cache / "CACHEDIR.TAG"]

@@ -73,8 +73,8 @@ def _only_entry():
 @pytest.mark.parametrize(
     "damage, why",
     [
-        (lambda e: (e / MANIFEST).write_text((e / MANIFEST).read_text()[:40]), "truncated"),
-        (lambda e: (e / MANIFEST).write_text("[1, 2, 3]"), "not a JSON object"),
+        (lambda e: (e / MANIFEST).write_text((e / MANIFEST).read_text()[:40]), "not valid JSON"),
+        (lambda e: (e / MANIFEST).write_text("[1, 2, 3]"), "must hold a JSON object, not an"),
         (lambda e: (e / "program0.json").write_text("{}"), "program0.json was missing or changed"),
         (lambda e: (shutil.rmtree(e), e.write_text("a file")), "folder was a file"),
     ],

@@ -253,10 +253,14 @@ def test_the_simulated_device_reads_programs_and_nothing_else(tmp_path):
     xrt = SimulatedXrt()
     with pytest.raises(RuntimeError, match=r"dispatch_fakes:Add\w+ is not one an installed plugin"):
         xrt.elf(elf)  # read, and its operators not rebuilt: test fakes are not registered
-    for text in ("[]", '{"steps": [1]}', '{"name": "x"}', "\x80\x04K."):
-        (tmp_path / "bad.json").write_text(text)
-        with pytest.raises(ValueError, match="not an IRON program"):
-            xrt.elf(tmp_path / "bad.json")
+    bad = tmp_path / "bad.json"
+    for text, rule in [("[]", "must hold a JSON object, not an array"),
+                       ('{"steps": [1]}', "the program: not an IRON program's"),
+                       ('{"name": "x"}', "the program: not an IRON program's"),
+                       ("\x80\x04K.", "not valid JSON")]:  # fmt: skip
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=f"{bad}: {re.escape(rule)}"):
+            xrt.elf(bad)
     with pytest.raises(RuntimeError, match="was given no design or host model for"):
         xrt.hw_context(xrt.device(0), version.image.programs[0])
 

@@ -1,20 +1,17 @@
 """The README's graph function runs as written, with a real operator family,
 and gives the bits its operators' references give when called by hand."""
 
-import re
 from pathlib import Path
 
 import numpy as np
+
+from iron.core.testing.readme import readme_blocks
 
 README = Path(__file__).parents[1] / "README.md"
 
 
 def test_readme_example_runs(capsys):
-    (block,) = [
-        b
-        for b in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-        if "@graph" in b
-    ]
+    block = next(b.code for b in readme_blocks(README) if "@graph(backend" in b.code)
     ns: dict = {}
     exec(compile(block, str(README), "exec"), ns)
     assert "block: 1 version(s)" in capsys.readouterr().out

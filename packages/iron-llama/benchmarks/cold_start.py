@@ -9,7 +9,7 @@ fresh process, timed side by side in one run.
   compiled: what a first run after a clone waits for, the venv aside)
   against the next run in that cache.
 
-    uv run --package iron-llama python packages/iron-llama/benchmarks/cold_start.py [--rounds 5] [--write-readme]
+    uv run --package iron-npu-llama python packages/iron-llama/benchmarks/cold_start.py [--rounds 5] [--write-readme]
 """
 
 from __future__ import annotations

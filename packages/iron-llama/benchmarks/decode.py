@@ -45,7 +45,7 @@ interpreter: one that has torch and transformers, which are not
 dependencies of iron-llama (e.g. a venv made with
 `pip install torch transformers`).
 
-    uv run --package iron-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
+    uv run --package iron-npu-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
     ... decode.py --quick           # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
     ... decode.py --layers 4 16     # the default; 16 layers write a 2.3 GiB synthetic file once
     ... decode.py --transformers /path/to/venv/bin/python   # transformers beside the graph
@@ -393,13 +393,14 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
         "",
         f"Bandwidth limit: a 2-thread read stream moves {stream / 1e9:.1f} GB/s here (median of "
         f"{len(streams)} samples taken before, between and after the sides; best "
-        f"{best / 1e9:.1f}); a token reads {per_token / 1e9:.2f} GB of weights, so at most "
+        f"{best / 1e9:.1f}); a token reads {decimal_bytes(per_token)} of weights, so at most "
         f"{limit:.2f} tokens/s. A side's share of the limit pairs each of {steps} more decode "
         f"steps with a stream sample taken right after it, in the side's process: the median "
         f"of the ratios (a step's weight bytes per second over the sample's rate). "
         + "Weights read per second while decoding: "
         + ", ".join(
-            f"{side} {per_token / figures[side]['decode'] / 1e9:.1f} GB/s" for side in ("cpu", *hf)
+            f"{side} {decimal_bytes(per_token / figures[side]['decode'])}/s"
+            for side in ("cpu", *hf)
         )
         + ".",
     ]
@@ -409,8 +410,8 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
             f"cpu against llama.cpp ({LLAMA_THREADS} threads, OMP_WAIT_POLICY=passive, bf16 GGUF "
             f"of the same checkpoint, in this run): decode {peer['decode'] / cpu['decode']:.2f}x its speed "
             f"({1 / cpu['decode']:.2f} against {1 / peer['decode']:.2f} tokens/s), time to first "
-            f"token {cpu['ttft'] / peer['ttft']:.2f}x its time ({cpu['ttft'] * 1e3:,.0f} against "
-            f"{peer['ttft'] * 1e3:,.0f} ms)."
+            f"token {cpu['ttft'] / peer['ttft']:.2f}x its time ({milliseconds(cpu['ttft'])} "
+            f"against {milliseconds(peer['ttft'])})."
         )
     if any(side in HF_SIDES for side in hf):
         lines.append(
@@ -433,8 +434,22 @@ def prefill_floor(figures: dict, flops: int, rate: float) -> str:
     return (
         f"Prefill floor: the prompt's GEMMs are {flops / 1e9:.3g} GFLOP and float32 sgemm runs "
         f"{rate / 1e9:.3g} GFLOP/s here at their shapes (numpy's BLAS, every core), so a first "
-        f"token takes at least {floor * 1e3:,.0f} ms; time to first token is {multiples} that."
+        f"token takes at least {milliseconds(floor)}; time to first token is {multiples} that."
     )
+
+
+def decimal_bytes(count: float) -> str:
+    """2.47 GB, 1.31 MB, 12.4 kB: never a tiny model's "0.00 GB"."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.2f} {unit}"
+    return f"{count:.0f} B"
+
+
+def milliseconds(seconds: float) -> str:
+    """2,197 ms, 14.7 ms, 0.0421 ms: three figures below ten, never "0 ms"."""
+    ms = seconds * 1e3
+    return f"{ms:,.0f} ms" if ms >= 10 else f"{ms:.3g} ms"
 
 
 def gguf_of(directory: Path, args) -> Path:

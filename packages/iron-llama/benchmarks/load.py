@@ -6,7 +6,7 @@ whose memory is the host's (cpu, reference) the weights are read where
 the checkpoint maps them, not copied; the load is then given as a
 multiple of the plain copy into fresh memory (the goal: at most 0.5x).
 
-    uv run --package iron-llama python packages/iron-llama/benchmarks/load.py [--layers 16] [--backend cpu] [--write-readme]
+    uv run --package iron-npu-llama python packages/iron-llama/benchmarks/load.py [--layers 16] [--backend cpu] [--write-readme]
 
 Uses the 1b-shaped synthetic model that `decode.py` writes into the user
 cache (written here too if missing).

@@ -179,7 +179,7 @@ def test_an_index_whose_weight_map_is_a_list_is_named(tmp_path):
 
 def test_an_unreadable_config_names_the_file(tmp_path):
     (tmp_path / "config.json").write_bytes(b"\xff\xfe{")
-    with pytest.raises(ConfigError, match=f"{tmp_path / 'config.json'}: not valid JSON"):
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'config.json'}: not UTF-8 text"):
         LlamaConfig.from_file(tmp_path)
 
 

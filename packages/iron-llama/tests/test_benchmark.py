@@ -47,7 +47,15 @@ def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
     for low, median, high in ((3, 2, 4), (7, 6, 8)):  # each side's pairs: range holds the median
         assert int(speeds.group(low)) <= int(speeds.group(median)) <= int(speeds.group(high))
     assert re.search(r"a 2-thread read stream moves [\d.]+ GB/s here", result.stdout)
-    assert re.search(r"Weights read per second while decoding: cpu [\d.]+ GB/s\.", result.stdout)
+    assert re.search(
+        r"Weights read per second while decoding: cpu [\d.]+ (GB|MB|kB|B)/s\.", result.stdout
+    )
+    # the tiny model's figures in units that show them, not "0.00 GB" or "at least 0 ms"
+    weights, unit = re.search(
+        r"a token reads ([\d.]+) (GB|MB|kB|B) of weights", result.stdout
+    ).groups()
+    floor = re.search(r"a first token takes at least ([\d.,e+-]+) ms", result.stdout)[1]
+    assert float(weights) > 0 and unit != "GB" and float(floor.replace(",", "")) > 0
 
 
 def test_decode_benchmark_refuses_an_interpreter_without_transformers(tmp_path):
@@ -108,8 +116,8 @@ def test_the_table_gives_the_cpu_side_as_ratios_to_llama_cpp():
         in text
     )
     assert "decode 1.25x its speed (25.00 against 20.00 tokens/s)" in text
-    assert "time to first token 2.00x its time (600 against 300 ms)" in text
-    assert "cpu 25.0 GB/s, llama.cpp bf16 20.0 GB/s." in text
+    assert "time to first token 2.00x its time (600 ms against 300 ms)" in text
+    assert "cpu 25.00 GB/s, llama.cpp bf16 20.00 GB/s." in text
 
 
 def test_decode_benchmark_runs_transformers_beside_the_graph(tmp_path):

@@ -23,11 +23,11 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Operator, Tolerance, bf16
+from iron.core.files import read_json
 from iron.dispatch import GraphFunction, graph
 from iron.lm import Checkpoint, CheckpointError, ConfigError, GraphModel
 from iron.lm.cli import App, ModelFlag, SyntheticModels
 from iron.lm.config import in_file, is_int, require, token_ids
-from iron.lm.files import read_json
 from iron.lm.protocols import OracleModel
 from iron.lm.synthetic import (
     holds_recipe,

@@ -5,6 +5,7 @@ for Ctrl-C), naming the file, the field or the variable."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,9 @@ import numpy as np
 import pytest
 from bigram_cli import run
 
+from iron.core.testing import undescribed_arguments
 from iron.lm import (
+    ChatTemplateError,
     Checkpoint,
     CheckpointError,
     ConfigError,
@@ -90,7 +93,7 @@ def test_a_shard_that_is_a_fifo_is_refused(tmp_path):
 def test_the_check_is_made_on_the_open_file_too(tmp_path, monkeypatch):
     """A file swapped for a FIFO between the check and the open is refused:
     the open does not block and the descriptor is checked again."""
-    import iron.lm.files as files
+    import iron.core.files as files
 
     path = tmp_path / "config.json"
     os.mkfifo(path)
@@ -171,7 +174,7 @@ def test_a_tensor_named_twice_in_a_header_is_refused(tmp_path):
     header = f'{{"w": {entry}, "w": {entry}}}'.encode()
     path = tmp_path / "m.safetensors"
     path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4))
-    with pytest.raises(CheckpointError, match="names 'w' twice"):
+    with pytest.raises(CheckpointError, match="key 'w' appears twice in one object"):
         SafetensorsFile(path)
 
 
@@ -247,3 +250,65 @@ def test_ctrl_c_ends_chat_and_a_busy_generate_quietly(bigram_dir):
                              "--seconds-per-token", 0.2, "--backend", "reference"],
                             "Iron", "stdout")  # fmt: skip
     assert status == 130 and err == "iron-bigram generate: interrupted\n"
+
+
+# ---- JSON of the wrong type (issue 28 item 8) ----
+
+
+@pytest.mark.parametrize(
+    "change, rule",
+    [({"vocab_size": "384"}, "vocab_size='384': must be a positive integer"),
+     ({"vocab_size": 384.0}, "vocab_size=384.0: must be a positive integer"),
+     ({"bos_token_id": "1"}, "bos_token_id='1': must be a non-negative integer"),
+     ({"bos_token_id": 1.0}, "bos_token_id=1.0: must be a non-negative integer"),
+     ({"text_config": "big"}, "text_config='big': must be an object")],
+)  # fmt: skip
+def test_the_tokenizer_refuses_config_values_of_the_wrong_type(bigram_dir, tmp_path, change, rule):
+    model = copy_model(bigram_dir, tmp_path)
+    data = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**data, **change}))
+    with pytest.raises(ConfigError, match=re.escape(f"{model / 'config.json'}: {rule}")):
+        Tokenizer.from_pretrained(model)
+
+
+@pytest.mark.parametrize(
+    "text, rule",
+    [('{"chat_template": 3}', "must be a string, got int"),
+     ('{"chat_template": "{{ x }}", "bos_token": 1}', "bos_token=1: must be a string or an obj"),
+     ('{"chat_template": "a", "chat_template": "b"}', "key 'chat_template' appears twice")],
+)  # fmt: skip
+def test_tokenizer_config_values_of_the_wrong_type_or_given_twice_are_named(
+    bigram_dir, tmp_path, text, rule
+):
+    model = copy_model(bigram_dir, tmp_path)
+    (model / "tokenizer_config.json").write_text(text)
+    with pytest.raises(ChatTemplateError, match=re.escape(rule)) as error:
+        Tokenizer.from_pretrained(model)
+    assert str(model / "tokenizer_config.json") in str(error.value)
+
+
+# ---- every option described, one escaper (issue 31 item 4) ----
+
+
+def test_every_option_and_argument_of_the_app_cli_is_described():
+    assert undescribed_arguments(bigram.APP.parser()) == []
+
+
+@pytest.mark.parametrize(
+    "variable, value, rule",
+    [("IRON_CACHE_HOME", "relative", "IRON_CACHE_HOME='relative': must be an absolute path"),
+     ("IRON_PLUGINS", "typo", "IRON_PLUGINS='typo': no installed plugin is named typo")],
+)  # fmt: skip
+def test_every_iron_variable_is_checked_before_any_work(bigram_dir, capsys, monkeypatch,
+                                                         variable, value, rule):  # fmt: skip
+    monkeypatch.setenv(variable, value)
+    code, out, err = run(capsys, "generate", "-m", bigram_dir, "-p", "Iron")
+    assert code == 2 and err.startswith(f"iron-bigram generate: error: {rule}") and out == ""
+
+
+def test_a_file_name_reaches_the_terminal_escaped(bigram_dir, tmp_path, capsys):
+    model = tmp_path / "evil\x1b]0;owned\x07"
+    shutil.copytree(bigram_dir, model)
+    (model / "config.json").write_text("{")
+    code, _, err = run(capsys, "generate", "-m", model, "-p", "Iron")
+    assert code == 2 and "\x1b" not in err and "evil\\x1b]0;owned\\x07" in err

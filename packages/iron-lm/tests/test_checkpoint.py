@@ -93,13 +93,13 @@ def test_writer_refuses_a_short_tensor_and_leaves_nothing(tmp_path):
         ),
         (
             lambda p: p.write_bytes(struct.pack("<Q", 5) + b"{abc}"),
-            r"header at bytes \[8, 13\) is not valid JSON",
+            r"header at bytes \[8, 13\): not valid JSON",
         ),
         (
             lambda p: p.write_bytes(struct.pack("<Q", 4) + b"\xff\xfe{}"),
-            r"header at bytes \[8, 12\) is not valid JSON",
+            r"header at bytes \[8, 12\): not UTF-8 text",
         ),
-        (lambda p: raw_file(p, [1, 2]), "must be a JSON object, got list"),
+        (lambda p: raw_file(p, [1, 2]), "must hold a JSON object, not an array"),
         (
             lambda p: raw_file(p, {"w": entry("Q4", [2], 0, 2)}, b"\0\0"),
             "tensor 'w' has unknown dtype 'Q4'",

@@ -4,11 +4,13 @@ the llama.cpp flags, --json, chat with history and /reset."""
 import io
 import json
 import re
+import xml.etree.ElementTree as ET
 
 import bigram
 import numpy as np
 from bigram_cli import run
 
+from iron.core.testing.pictures import rasterize
 from iron.lm import OracleModel, Tokenizer
 from iron.lm.cli import printable
 
@@ -38,7 +40,7 @@ def test_help_shows_the_llama_cpp_flags_and_every_default(capsys):
         assert default in flat, default
     code, out, _ = run(capsys, "--help")
     for command in ("demo", "generate", "chat", "serve", "check-accuracy", "check-determinism",
-                    "make-synthetic"):  # fmt: skip
+                    "plan", "make-synthetic"):  # fmt: skip
         assert command in out
     code, out, _ = run(capsys, "serve", "--help")
     assert "(default: 127.0.0.1)" in " ".join(out.split()) and "(default: 8)" in out
@@ -46,7 +48,7 @@ def test_help_shows_the_llama_cpp_flags_and_every_default(capsys):
 
 def test_version_names_the_app_and_iron_lm(capsys):
     code, out, _ = run(capsys, "--version")
-    assert code == 0 and out == "iron-bigram (iron-lm 0.1.0)\n"
+    assert code == 0 and out == "iron-bigram (iron-npu-lm 0.1.0)\n"
 
 
 def test_generate_streams_the_oracles_greedy_text(bigram_dir, capsys):
@@ -143,13 +145,17 @@ def test_make_synthetic_and_the_demo(tmp_path, monkeypatch, capsys):
     assert code == 0 and "synthetic tiny model (random weights, seed 3)" in out
     assert (tmp_path / "m" / "tokenizer_config.json").is_file()
     monkeypatch.setenv("IRON_CACHE_HOME", str(tmp_path / "cache"))
-    code, out, _ = run(capsys, "demo", "-n", 6)
-    assert code == 0 and "written to" in out and str(bigram.APP.demo_dir()) in out
+    code, out, err = run(capsys, "demo", "-n", 6)
+    assert code == 0 and f"writing the model into {bigram.APP.demo_dir()} (once)" in err
     assert "a tiny synthetic bigram model (hidden 64)" in out
     assert "accuracy over 40 teacher-forced steps: PASS" in out
-    assert re.search(r"^backend +sim +cpu$", out, re.M)
-    code, again, _ = run(capsys, "demo", "-n", 6)
-    assert code == 0 and "cached in" in again and again.split("\n\n")[1] == out.split("\n\n")[1]
+    sim, cpu = (
+        "sim: NPU designs simulated on this CPU (not NPU speed)",
+        "cpu: host kernels on this CPU",
+    )
+    assert re.search(rf"^backend +{re.escape(sim)} +{re.escape(cpu)}$", out, re.M)
+    code, again, err = run(capsys, "demo", "-n", 6)
+    assert code == 0 and "writing" not in err and again.split("\n\n")[1] == out.split("\n\n")[1]
 
 
 def test_a_closed_stdout_ends_the_command_quietly(tmp_path, monkeypatch, capsys):
@@ -159,3 +165,22 @@ def test_a_closed_stdout_ends_the_command_quietly(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr("iron.lm.cli._make_synthetic", closed)
     code, _, err = run(capsys, "make-synthetic", tmp_path / "m")
     assert code == 141 and err == ""
+
+
+def test_plan_draws_the_graphs_arena(bigram_dir, tmp_path, monkeypatch, capsys):
+    code, out, _ = run(capsys, "plan", "-m", bigram_dir, "--svg", tmp_path / "plan.svg")
+    assert code == 0 and f"wrote {tmp_path / 'plan.svg'}" in out and "version(s), arena" in out
+    svg = (tmp_path / "plan.svg").read_text()
+    tips = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}title")]
+    kinds = {
+        re.search(r" \((weights|states \(caches\)|transients)\): steps", t)[1] for t in tips[1:]
+    }
+    assert kinds == {"weights"}  # the bigram graph reads its two weights and keeps no state
+    pixels = rasterize(svg, width=400)
+    assert len({tuple(p) for p in pixels.reshape(-1, 4)}) > 4  # drawn, not blank
+    # without --model: the demo's synthetic model, written first
+    monkeypatch.setenv("IRON_CACHE_HOME", str(tmp_path / "cache"))
+    code, out, err = run(capsys, "plan", "--svg", tmp_path / "demo.svg")
+    assert code == 0 and "writing the model into" in err and (tmp_path / "demo.svg").is_file()
+    code, _, err = run(capsys, "plan", "-m", bigram_dir)
+    assert code == 2 and "the following arguments are required: --svg" in err

@@ -2,7 +2,7 @@
 mlir-aie's kernels, land from the float64 formula: the figure each
 operator's tolerance must cover, per generation.
 
-    uv run --package iron-ops-eltwise python packages/iron-ops-eltwise/benchmarks/kernel_error.py [--write-readme]
+    uv run --package iron-npu-ops-eltwise python packages/iron-ops-eltwise/benchmarks/kernel_error.py [--write-readme]
 
 Inputs are unit-normal bf16 rows (RMSNorm's weight too; RoPE's angles a
 table of random positions), 8 seeds per declared case. `rtol needed` is the

@@ -2,7 +2,7 @@
 reference backend runs the model on them), against a numpy copy of the
 operator's input bytes measured in the same run.
 
-    uv run --package iron-ops-eltwise python packages/iron-ops-eltwise/benchmarks/reference_timings.py [--write-readme]
+    uv run --package iron-npu-ops-eltwise python packages/iron-ops-eltwise/benchmarks/reference_timings.py [--write-readme]
 
 --write-readme puts the table into the package README between its
 reference-timings markers.

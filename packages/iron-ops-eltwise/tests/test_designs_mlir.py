@@ -19,11 +19,11 @@ CHECK-DAG: %[[SHIM0:{V}]] = aie.tile(0, 0)
 CHECK-DAG: %[[CORE0:{V}]] = aie.tile(0, 2)
 CHECK-DAG: %[[SHIM1:{V}]] = aie.tile(1, 0)
 CHECK-DAG: %[[CORE1:{V}]] = aie.tile(1, 2)
-CHECK: aie.objectfifo @a0(%[[SHIM0]], {{%[[CORE0]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<1024xbf16>>
-CHECK: aie.objectfifo @b0(%[[SHIM0]], {{%[[CORE0]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<1024xbf16>>
-CHECK: aie.objectfifo @y0(%[[CORE0]], {{%[[SHIM0]]}}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<1024xbf16>>
-CHECK: aie.objectfifo @a1(%[[SHIM1]], {{%[[CORE1]]}}, [2 : i32, 2 : i32])
-CHECK: aie.objectfifo @y1(%[[CORE1]], {{%[[SHIM1]]}}, [2 : i32, 2 : i32])
+CHECK: aie.objectfifo @a0(%[[SHIM0]], {{%[[CORE0]]}}, 2 : i32) : !aie.objectfifo<memref<1024xbf16>>
+CHECK: aie.objectfifo @b0(%[[SHIM0]], {{%[[CORE0]]}}, 2 : i32) : !aie.objectfifo<memref<1024xbf16>>
+CHECK: aie.objectfifo @y0(%[[CORE0]], {{%[[SHIM0]]}}, 2 : i32) : !aie.objectfifo<memref<1024xbf16>>
+CHECK: aie.objectfifo @a1(%[[SHIM1]], {{%[[CORE1]]}}, 2 : i32)
+CHECK: aie.objectfifo @y1(%[[CORE1]], {{%[[SHIM1]]}}, 2 : i32)
 CHECK: func.func private @eltwise_add_bf16_vector(memref<1024xbf16>, memref<1024xbf16>, memref<1024xbf16>) attributes {{link_with = "eltwise_add_bf16_vector.o"}}
 CHECK: aie.core(%[[CORE0]])
 CHECK: scf.for

@@ -163,8 +163,8 @@ CHECK:      aie.device(npu1) @main {
 CHECK-DAG:  %[[SHIM:.+]] = aie.tile(0, 0)
 CHECK-DAG:  %[[MEM:.+]] = aie.tile(0, 1)
 CHECK-NOT:  aie.core
-CHECK:      aie.objectfifo @[[IN:[a-z0-9_]+]](%[[SHIM]], {%[[MEM]]}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<64xbf16>>
-CHECK-NEXT: aie.objectfifo @[[OUT:[a-z0-9_]+]](%[[MEM]], {%[[SHIM]]}, [2 : i32, 2 : i32]) : !aie.objectfifo<memref<64xbf16>>
+CHECK:      aie.objectfifo @[[IN:[a-z0-9_]+]](%[[SHIM]], {%[[MEM]]}, 2 : i32) : !aie.objectfifo<memref<64xbf16>>
+CHECK-NEXT: aie.objectfifo @[[OUT:[a-z0-9_]+]](%[[MEM]], {%[[SHIM]]}, 2 : i32) : !aie.objectfifo<memref<64xbf16>>
 CHECK-NEXT: aie.objectfifo.link [@[[IN]]] -> [@[[OUT]]]([] [])
 CHECK-NOT:  func.func
 CHECK:      aie.runtime_sequence @sequence(%[[X:.+]]: memref<8x64xbf16>, %[[Y:.+]]: memref<32x64xbf16>) {

@@ -308,8 +308,8 @@ CHECK-DAG:  %[[SHIM:.+]] = aie.tile(0, 0)
 CHECK-DAG:  %[[MEM:.+]] = aie.tile(0, 1)
 CHECK-DAG:  %[[CORE0:.+]] = aie.tile(0, 2)
 CHECK-DAG:  %[[CORE1:.+]] = aie.tile(1, 2)
-CHECK:      aie.objectfifo @weight_in(%[[SHIM]], {%[[MEM]]}, [1 : i32, 1 : i32]) : !aie.objectfifo<memref<2048xbf16>>
-CHECK-NEXT: aie.objectfifo @w(%[[MEM]], {%[[CORE0]], %[[CORE1]]}, [1 : i32, 1 : i32, 1 : i32]) : !aie.objectfifo<memref<2048xbf16>>
+CHECK:      aie.objectfifo @weight_in(%[[SHIM]], {%[[MEM]]}, 1 : i32) : !aie.objectfifo<memref<2048xbf16>>
+CHECK-NEXT: aie.objectfifo @w(%[[MEM]], {%[[CORE0]], %[[CORE1]]}, 1 : i32) : !aie.objectfifo<memref<2048xbf16>>
 CHECK:      aie.objectfifo.link [@weight_in] -> [@w]([] [])
 CHECK:      func.func private @iron_set_rounding_conv_even() attributes {link_with = "iron_set_rounding_conv_even.o"}
 CHECK-NEXT: func.func private @rms_norm(memref<2048xbf16>, memref<2048xbf16>, i32) attributes {link_with = "rms_norm.o"}

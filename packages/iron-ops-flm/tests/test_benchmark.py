@@ -4,6 +4,8 @@ the README holds their current tables."""
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 
 
@@ -56,3 +58,27 @@ def test_designs_table_is_measured_and_current(capsys):
     assert "violation" not in table and "OUTSIDE" not in table and "DIFFERS" not in table
     readme = module.README.read_text()
     assert f"<!-- bench:designs -->\n{table}\n<!-- /bench:designs -->" in readme
+
+
+def test_gemma4_benchmark_runs_at_small_widths(capsys):
+    assert load("gemma4").main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    for row in ("| LMHead |", "| PrefillSlidingAttention |", "| DecodeLayer swa_skip |"):
+        assert row in out
+    # every layer type reads its weights once: DDR a few percent above them
+    traffic = [line for line in out.splitlines() if line.startswith(("| global", "| swa"))]
+    assert len(traffic) == 4
+    for line in traffic:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == cells[2] and 1.0 < float(cells[-1]) < 1.1
+
+
+@pytest.mark.slow
+def test_readme_holds_the_current_gemma4_traffic(capsys):
+    """The DDR bytes are counted, not timed: the README's table is this run's."""
+    module = load("gemma4")
+    table = module.markdown_table(module.TRAFFIC_HEADER, module.traffic_rows(quick=False))
+    assert (
+        f"<!-- bench:gemma4-traffic -->\n{table}\n<!-- /bench:gemma4-traffic -->"
+        in module.README.read_text()
+    )

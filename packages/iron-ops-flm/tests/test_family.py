@@ -18,7 +18,14 @@ from iron.core.testing import (
 
 HERE = Path(__file__).parent
 SOURCES = HERE.parent / "src" / "iron" / "ops" / "flm"
-OPERATORS = ["DequantBFP", "FLMGemm"]
+OPERATORS = [
+    "DecodeLayer",
+    "DequantBFP",
+    "FLMGemm",
+    "LMHead",
+    "PrefillAttention",
+    "PrefillSlidingAttention",
+]
 
 
 @pytest.mark.parametrize("item", conformance_params("flm"))
@@ -49,11 +56,19 @@ def test_package_import_is_light():
 
 
 @pytest.mark.parametrize(
-    "name, module, other", [("FLMGemm", "gemm", "dequant"), ("DequantBFP", "dequant", "gemm")]
+    "name, module, other",
+    [
+        ("FLMGemm", "gemm", "dequant"),
+        ("DequantBFP", "dequant", "gemm"),
+        ("LMHead", "lm_head", "decode_layer"),
+        ("PrefillAttention", "prefill_attention", "prefill_sliding_attention"),
+        ("DecodeLayer", "decode_layer", "decode_design"),
+    ],
 )
 def test_package_attributes_import_their_own_module(name, module, other):
     loaded = modules_imported_by(f"from iron.ops.flm import {name}")
     assert f"iron.ops.flm.{module}" in loaded and f"iron.ops.flm.{other}" not in loaded
+    assert "iron.ops.flm.host" not in loaded and "numba" not in loaded  # the cpu extra
 
 
 def test_package_attributes_are_the_registered_classes():
@@ -62,7 +77,7 @@ def test_package_attributes_are_the_registered_classes():
 
     assert FLMGemm is registry.get_operator("FLMGemm")
     assert DequantBFP is registry.get_operator("DequantBFP")
-    assert dir(flm) == ["DequantBFP", "FLMGemm"]
+    assert dir(flm) == OPERATORS
     with pytest.raises(AttributeError, match="no attribute 'pack_b'"):
         flm.pack_b  # noqa: B018
 
@@ -73,9 +88,18 @@ def test_no_namespace_init_files():
 
 
 def test_imports_nothing_but_iron_core_iron_design_numpy_ml_dtypes_attrs():
+    """And numba (with llvmlite) in the host kernels' module only: the cpu extra."""
     allowed = {"iron", "numpy", "ml_dtypes", "attrs", "__future__"} | set(sys.stdlib_module_names)
     imported = set()
+    host = ast.parse((SOURCES / "host.py").read_text())
+    host_imports = {
+        alias.name for n in ast.walk(host) if isinstance(n, ast.Import) for alias in n.names
+    }
+    host_imports |= {n.module for n in ast.walk(host) if isinstance(n, ast.ImportFrom)}
+    assert {m.split(".")[0] for m in host_imports} - allowed == {"numba", "llvmlite"}
     for path in SOURCES.glob("*.py"):
+        if path.name == "host.py":
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 imported |= {alias.name for alias in node.names}

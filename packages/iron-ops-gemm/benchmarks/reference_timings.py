@@ -4,7 +4,7 @@ operator's input bytes measured in the same run. The decode attention
 operators read only the valid prefix of the cache: their cost follows the
 context length, not the cache's size.
 
-    uv run --package iron-ops-gemm python packages/iron-ops-gemm/benchmarks/reference_timings.py [--write-readme]
+    uv run --package iron-npu-ops-gemm python packages/iron-ops-gemm/benchmarks/reference_timings.py [--write-readme]
 
 --write-readme puts the table into the package README between its
 reference-timings markers.

@@ -13,7 +13,7 @@ GEMM without prio_accuracy), which the reference's one rounding does not
 allow for.
 "garbage passed" is the share of elements an all-zero output would pass.
 
-    uv run --package iron-ops-gemm python packages/iron-ops-gemm/benchmarks/tolerance.py [--write-readme]
+    uv run --package iron-npu-ops-gemm python packages/iron-ops-gemm/benchmarks/tolerance.py [--write-readme]
 
 --write-readme puts the table into the package README between its tolerance markers.
 """

@@ -1,6 +1,6 @@
 """iron.alloc: liveness-based buffer planning.
 
-    steps -> live_ranges / touch_ranges -> place -> Plan -> check, render_text
+    steps -> live_ranges / touch_ranges -> place -> Plan -> check, render_text / render_svg
     ArenaPlan: one growing arena shared by every image of a graph
 
 Depends on numpy only; `render_png` needs the `plot` extra (matplotlib).
@@ -10,7 +10,7 @@ from .arena import ArenaPlan
 from .check import OverlapError, check
 from .liveness import LiveRange, live_ranges, peak_live_bytes, touch_ranges
 from .planner import DEFAULT_BUDGET, DEFAULT_GAP, Allocation, Plan, align_up, place
-from .render import render_png, render_text
+from .render import render_png, render_svg, render_text
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -26,6 +26,7 @@ __all__ = [
     "peak_live_bytes",
     "place",
     "render_png",
+    "render_svg",
     "render_text",
     "touch_ranges",
 ]

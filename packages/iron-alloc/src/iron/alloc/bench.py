@@ -27,9 +27,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from .check import check
+from .files import NotRegularFile, open_text
 from .liveness import LiveRange, Step, live_ranges, peak_live_bytes
 from .planner import align_up, place
 
@@ -47,9 +49,13 @@ def load_instance(path: str | Path) -> tuple[dict[str, LiveRange], dict[str, int
     Raises `InstanceError` naming the file, the line and the rule."""
     ranges, sizes = {}, {}
     try:
-        with open(path, newline="", encoding="utf-8") as file:
+        with open_text(path) as file:
             reader = csv.DictReader(file)
             missing = {"id", "lower", "upper", "size"} - set(reader.fieldnames or ())
+            header = list(reader.fieldnames or ())
+            twice = sorted({n for n in header if header.count(n) > 1})
+            if twice:
+                raise InstanceError(f"{path}: the header names {', '.join(twice)} twice")
             if missing:
                 raise InstanceError(
                     f"{path}: the header must name id, lower, upper and size "
@@ -66,23 +72,26 @@ def load_instance(path: str | Path) -> tuple[dict[str, LiveRange], dict[str, int
                     ) from None
                 if not 0 <= lower < upper or size < 0:
                     raise InstanceError(
-                        f"{where}: buffer {_printable(name)} needs 0 <= lower < upper and "
+                        f"{where}: buffer {name} needs 0 <= lower < upper and "
                         f"size >= 0, got lower {lower}, upper {upper}, size {size}"
                     )
                 if name in ranges:
-                    raise InstanceError(f"{where}: buffer {_printable(name)} appears twice")
+                    raise InstanceError(f"{where}: buffer {name} appears twice")
                 ranges[name] = LiveRange(lower, upper - 1)
                 sizes[name] = size
     except OSError as error:
         raise InstanceError(f"{path}: cannot read: {error.strerror or error}") from None
+    except NotRegularFile as error:
+        raise InstanceError(str(error)) from None
     except (UnicodeDecodeError, csv.Error) as error:
         raise InstanceError(f"{path}: not a CSV instance: {error}") from None
     return ranges, sizes
 
 
 def _printable(text: str) -> str:
-    """`text` with control characters escaped: names from a file reach a terminal."""
-    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    """`text` with control characters but newline and tab escaped (``\\x1b``),
+    as iron-core's `printable` does: names from a file reach a terminal."""
+    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def random_steps(n: int, seed: int = 0) -> tuple[list[Step], dict[str, int]]:
@@ -253,9 +262,34 @@ def goals(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+class _Defaults(argparse.HelpFormatter):
+    """Help that shows each option's default unless it is None or False."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _version() -> str:
+    try:
+        return f"iron-alloc-bench (iron-npu-alloc {version('iron-npu-alloc')})"
+    except PackageNotFoundError:  # run from a source tree
+        return "iron-alloc-bench (iron-npu-alloc, not installed)"
+
+
 def parser(default_data: Path | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=default_data, help="folder of CSV instances")
+    parser = argparse.ArgumentParser(
+        prog="iron-alloc-bench", description=__doc__.split("\n\n")[0], formatter_class=_Defaults
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=default_data,
+        help="folder of CSV instances (id,lower,upper,size rows)",
+    )
     parser.add_argument(
         "--quick", action="store_true", help=f"only {', '.join(QUICK)} and a small random graph"
     )
@@ -266,7 +300,13 @@ def parser(default_data: Path | None = None) -> argparse.ArgumentParser:
         default=None,
         help="steps of the random graph (default 5000, quick 300)",
     )
-    parser.add_argument("--alignments", type=_bounded(1, MAX_ALIGNMENT), nargs="+", default=[1, 64])
+    parser.add_argument(
+        "--alignments",
+        type=_bounded(1, MAX_ALIGNMENT),
+        nargs="+",
+        default=[1, 64],
+        help="the byte alignments to plan each instance at",
+    )
     return parser
 
 
@@ -292,7 +332,7 @@ def report(args: argparse.Namespace) -> str:
     """Plan every instance `args` selects, printing each row as it is
     measured; the whole table, the machine and the goals as text."""
     if args.data is not None and not args.data.is_dir():
-        raise InstanceError(f"--data {_printable(args.data)}: not a folder")
+        raise InstanceError(f"--data {args.data}: not a folder")
     random_n = args.random if args.random is not None else (300 if args.quick else 5000)
     load_before = os.getloadavg()[0]
     rows = []
@@ -326,12 +366,15 @@ def main(argv: Sequence[str] | None = None, default_data: Path | None = None) ->
         print(text)
         sys.stdout.flush()  # a closed pipe shows here, where it is caught, not at exit
     except InstanceError as error:
-        print(f"iron-alloc-bench: error: {error}", file=sys.stderr)
+        print(_printable(f"iron-alloc-bench: error: {error}"), file=sys.stderr)
         return 2
     except BrokenPipeError:  # `| head`: the reader has what it wanted
         with contextlib.suppress(OSError, ValueError):  # stdout without a descriptor
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except KeyboardInterrupt:  # Ctrl-C: one line, the status a shell gives SIGINT
+        print("iron-alloc-bench: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from iron.core import files
+
 
 def median_seconds(fn: Callable[[], object], *, budget: float = 0.3, at_least: int = 5) -> float:
     """Median wall time of `fn` over at least `at_least` runs and `budget` seconds."""
@@ -29,13 +31,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 
 
 def write_readme_section(readme: Path, name: str, text: str) -> None:
-    """Replace what stands between the README's `name` markers with `text`."""
+    """Replace what stands between the README's `name` markers with `text`
+    (the README read and rewritten whole, through `iron.core.files`: an
+    interrupted run leaves it as it was)."""
     begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
-    body = readme.read_text()
+    body = files.read_text(readme)
     if begin not in body or end not in body:
         raise SystemExit(f"{readme} has no {begin} ... {end} markers")
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-    readme.write_text(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", body))
+    with files.replacing(readme) as f:
+        f.write(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", body))
 
 
 def reference_timings(cases, device) -> list[list[str]]:

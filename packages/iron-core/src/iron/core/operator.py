@@ -187,6 +187,7 @@ class Operator:
                 setattr(cls, name, attrs.field(default=declared, validator=check))
         cls._declared_types = declared_types  # what `parameter_types` reads back
         _check_bound(cls)
+        _check_cases(cls)
 
     def __attrs_post_init__(self) -> None:
         check_buffer_sizes(self)
@@ -467,12 +468,32 @@ class ParameterType:
 
     annotation: Any
 
+    def problem(self, owner: str, name: str, value) -> str | None:
+        """What is wrong with `value` for parameter `name` of operator
+        `owner` ("GEMM: M='abc': must be an int ..."), or None."""
+        if _matches(value, self.annotation):
+            return None
+        return (
+            f"{owner}: {name}={_shown(value)}: must be "
+            f"{_describe(self.annotation)}, not {type(value).__name__}"
+        )
+
     def __call__(self, op, attribute, value) -> None:
-        if not _matches(value, self.annotation):
+        problem = self.problem(type(op).__name__, attribute.name, value)
+        if problem:
+            raise OperatorError(problem)
+
+
+def _check_cases(cls: type) -> None:
+    """Refuse two declared cases with one label: a snapshot keys cases by
+    label, so the second would silently replace the first."""
+    seen = set()
+    for case in vars(cls).get("cases", ()):
+        if case.label in seen:
             raise OperatorError(
-                f"{type(op).__name__}: {attribute.name}={_shown(value)}: must be "
-                f"{_describe(self.annotation)}, not {type(value).__name__}"
+                f"{cls.__name__}: cases: two are labelled {case.label!r}; give one an id"
             )
+        seen.add(case.label)
 
 
 def _check_bound(cls: type) -> None:

@@ -32,6 +32,10 @@ from iron.core import hookspecs, settings
 
 ENTRY_POINT_GROUP = "iron.plugins"
 BUILTIN = "iron.core.builtin"
+#: every IRON distribution's name starts with it (imports stay `iron.*`): on the
+#: package index `iron-core` is another project, and these names are free there
+DISTRIBUTION_PREFIX = "iron-npu-"
+CORE_DISTRIBUTION = DISTRIBUTION_PREFIX + "core"
 IN_PROCESS = "(in process)"
 
 
@@ -142,14 +146,16 @@ class Registry:
         pm.add_hookspecs(hookspecs)
         pm.register(builtin, name="core")
         plugins = {
-            "core": PluginInfo("core", BUILTIN, "iron-core", _version("iron-core"), "builtin")
+            "core": PluginInfo(
+                "core", BUILTIN, CORE_DISTRIBUTION, _version(CORE_DISTRIBUTION), "builtin"
+            )
         }
         for name, plugin in self._in_process.items():
             pm.register(plugin, name=name)
             module = getattr(plugin, "__name__", type(plugin).__name__)
             plugins[name] = PluginInfo(name, module, IN_PROCESS, "-", "loaded")
-        current = settings.current()
-        allow, deny = current.plugins, current.disable_plugins
+        allow = settings.value("IRON_PLUGINS")
+        deny = settings.value("IRON_DISABLE_PLUGINS")
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             dist = ep.dist.name if ep.dist else "?"
             info = dict(name=ep.name, module=ep.value, distribution=dist, version=_version(dist))
@@ -322,6 +328,49 @@ def _version(distribution: str) -> str:
         return version(distribution)
     except PackageNotFoundError:
         return "?"
+
+
+def settings_problems() -> dict[str, str]:
+    """Variable -> what is wrong with its value: malformed values
+    (`settings.problems`) and, once none is, a backend, a device or a
+    plugin name that nothing installed answers to."""
+    found = settings.problems()
+    if found:
+        return found  # the registry reads these very values: ask it nothing
+    current = settings.current()
+    names = sorted(backends())
+    if current.backend != "auto" and current.backend not in names:
+        found["IRON_BACKEND"] = (
+            f"IRON_BACKEND={current.backend!r}: not a registered backend "
+            f"(registered: {', '.join(names) or 'none'}; or auto)"
+        )
+    names = sorted(devices())
+    if current.device not in names:
+        found["IRON_DEVICE"] = (
+            f"IRON_DEVICE={current.device!r}: not a registered device "
+            f"(registered: {', '.join(names)})"
+        )
+    installed = {n for p in plugins() for n in (p.name, p.distribution)}
+    for variable, given, wildcard in (
+        ("IRON_PLUGINS", current.plugins or frozenset(), set()),
+        ("IRON_DISABLE_PLUGINS", current.disable_plugins, {"*"}),
+    ):
+        unknown = sorted(given - installed - wildcard)
+        if unknown:
+            found[variable] = (
+                f"{variable}={','.join(sorted(given))!r}: no installed plugin is named "
+                f"{', '.join(unknown)} (`iron plugins` lists them)"
+            )
+    return found
+
+
+def checked_settings() -> settings.Settings:
+    """The settings, once every value is known to be usable
+    (`settings_problems`); `SettingsError` naming the first one otherwise."""
+    found = settings_problems()
+    if found:
+        raise settings.SettingsError(next(iter(found.values())))
+    return settings.current()
 
 
 _registry = Registry()

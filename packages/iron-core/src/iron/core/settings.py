@@ -1,27 +1,68 @@
 """Process-wide settings: every ``IRON_*`` environment variable, read here
 and nowhere else. `current()` reads the environment when called (a test
 that sets a variable sees it at once); `Settings.sources` says where each
-value came from, which `iron doctor` prints."""
+value came from, which `iron doctor` prints. Every value is checked where
+it is read: `current()` and `value()` refuse a malformed one, naming it;
+`registry.checked_settings()` also one that names no installed backend,
+device or plugin (what every command asks before it starts, and `iron
+doctor` reports)."""
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
+
+from iron.core.files import file_kind
+
+
+class SettingsError(ValueError):
+    """An ``IRON_*`` variable holds a value no one can use: the message
+    names the variable, its value and the rule."""
+
+
+def _flag(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError("a flag is 0 or 1")
+    return text == "1"
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(n.strip() for n in text.split(",") if n.strip())
+
+
+def _folder(text: str) -> Path:
+    """An absolute path that is a folder or nothing yet (the cache makes it)."""
+    path = Path(text)
+    if not path.is_absolute():
+        raise ValueError("must be an absolute path (a relative one moves with the working folder)")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as error:
+        raise ValueError(f"cannot be examined: {error.strerror or error}") from None
+    if not stat.S_ISDIR(mode):
+        raise ValueError(f"is {file_kind(mode)}, not a folder")
+    return path
 
 
 @attrs.frozen
 class Variable:
-    """One environment variable, the field of `Settings` it sets and its
+    """One environment variable: the field of `Settings` it sets, its
     default as it would be written (what each does: the iron-core README's
-    settings table)."""
+    settings table), and `parse`, which reads a value given in the
+    environment (raising `ValueError` with the rule it broke)."""
 
     name: str
     field: str
     default: str
+    parse: Callable[[str], Any] = str
 
 
 def _default_cache_home() -> Path:
@@ -36,31 +77,44 @@ def _default_cache_home() -> Path:
 VARIABLES = (
     Variable("IRON_BACKEND", "backend", "auto"),
     Variable("IRON_DEVICE", "device", "npu2"),
-    Variable("IRON_POISON", "poison", "0"),
-    Variable("IRON_CACHE_HOME", "cache_home", "the user cache directory + /iron"),
-    Variable("IRON_PLUGINS", "plugins", ""),
-    Variable("IRON_DISABLE_PLUGINS", "disable_plugins", ""),
-    Variable("IRON_DEBUG", "debug", "0"),
-    Variable("IRON_REQUIRE_FIXTURE_PLUGINS", "require_fixture_plugins", "0"),
+    Variable("IRON_POISON", "poison", "0", _flag),
+    Variable("IRON_CACHE_HOME", "cache_home", "the user cache directory + /iron", _folder),
+    Variable("IRON_PLUGINS", "plugins", "", _names),
+    Variable("IRON_DISABLE_PLUGINS", "disable_plugins", "", _names),
+    Variable("IRON_DEBUG", "debug", "0", _flag),
+    Variable("IRON_REQUIRE_FIXTURE_PLUGINS", "require_fixture_plugins", "0", _flag),
 )
 
 
-def _flag(variable: str, text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError(f"{variable}={text!r}: a flag is 0 or 1")
-    return text == "1"
+def _given(environ: Mapping[str, str], variable: Variable) -> str | None:
+    """The variable's text in `environ`, stripped; None when unset or empty."""
+    return environ.get(variable.name, "").strip() or None
 
 
-def _names(text: str) -> frozenset[str]:
-    return frozenset(n.strip() for n in text.split(",") if n.strip())
+def value(name: str, environ: Mapping[str, str] | None = None):
+    """One variable's effective value, read now (the others are not
+    read: the registry asks for its lists this way, so a malformed flag
+    does not stop it); `SettingsError` if it is malformed."""
+    (variable,) = [v for v in VARIABLES if v.name == name]
+    text = _given(os.environ if environ is None else environ, variable)
+    if text is None:
+        if variable.field == "cache_home":
+            return _default_cache_home()
+        return None if variable.field == "plugins" else variable.parse(variable.default)
+    try:
+        return variable.parse(text)
+    except ValueError as error:
+        raise SettingsError(f"{name}={text!r}: {error}") from None
 
 
 @attrs.frozen
 class Settings:
     """The effective value of every variable of `VARIABLES` (an empty
     variable counts as unset), and `sources`: variable -> "env" or
-    "default". `plugins` is None when every plugin may load. A flag that is
-    not 0 or 1 raises `ValueError` naming the variable."""
+    "default". `plugins` is None when every plugin may load. A malformed
+    value (a flag not 0 or 1, a cache folder that is a file or relative)
+    raises `SettingsError` naming the variable (`registry.checked_settings`
+    also asks the registry about backend, device and plugin names)."""
 
     backend: str
     device: str
@@ -74,40 +128,50 @@ class Settings:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Settings:
-        raw = {v.name: environ.get(v.name, "").strip() for v in VARIABLES}
-        given = {name: text for name, text in raw.items() if text}
-        text = {v.name: given.get(v.name, v.default) for v in VARIABLES}
         return cls(
-            backend=text["IRON_BACKEND"],
-            device=text["IRON_DEVICE"],
-            poison=_flag("IRON_POISON", text["IRON_POISON"]),
-            cache_home=Path(given["IRON_CACHE_HOME"])
-            if "IRON_CACHE_HOME" in given
-            else _default_cache_home(),
-            plugins=_names(given["IRON_PLUGINS"]) if "IRON_PLUGINS" in given else None,
-            disable_plugins=_names(text["IRON_DISABLE_PLUGINS"]),
-            debug=_flag("IRON_DEBUG", text["IRON_DEBUG"]),
-            require_fixture_plugins=_flag(
-                "IRON_REQUIRE_FIXTURE_PLUGINS", text["IRON_REQUIRE_FIXTURE_PLUGINS"]
-            ),
-            sources={v.name: "env" if v.name in given else "default" for v in VARIABLES},
+            **{v.field: value(v.name, environ) for v in VARIABLES},
+            sources={v.name: "default" if _given(environ, v) is None else "env" for v in VARIABLES},
         )
 
-    def rows(self) -> list[tuple[str, str, str]]:
-        """(variable, effective value as text, source) per variable."""
-        rows = []
-        for variable in VARIABLES:
-            value = getattr(self, variable.field)
-            if isinstance(value, bool):
-                shown = "1" if value else "0"
-            elif isinstance(value, frozenset):
-                shown = ",".join(sorted(value))
-            elif value is None:
-                shown = "(all)"
-            else:
-                shown = str(value)
-            rows.append((variable.name, shown, self.sources[variable.name]))
-        return rows
+
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, frozenset):
+        return ",".join(sorted(value))
+    return "(all)" if value is None else str(value)
+
+
+def problems(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Variable -> what is wrong with its value, for every malformed one.
+    (`registry.settings_problems` adds the names nothing installed answers to.)"""
+    environ = os.environ if environ is None else environ
+    found = {}
+    for variable in VARIABLES:
+        try:
+            value(variable.name, environ)
+        except SettingsError as error:
+            found[variable.name] = str(error)
+    return found
+
+
+def report(
+    found: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> list[tuple[str, str, str, str | None]]:
+    """(variable, value as text, source, its problem in `found` or None)
+    per variable (of this process's environment by default): what `iron
+    doctor` shows, a malformed value as it was given."""
+    environ = os.environ if environ is None else environ
+    rows = []
+    for variable in VARIABLES:
+        given = _given(environ, variable)
+        try:
+            shown = _shown(value(variable.name, environ))
+        except SettingsError:
+            shown = given or ""
+        source = "default" if given is None else "env"
+        rows.append((variable.name, shown, source, found.get(variable.name)))
+    return rows
 
 
 def current() -> Settings:

@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import enum
 import json
-import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
-from iron.core import registry
+from iron.core import files, registry
 from iron.core.capture import capture
 from iron.core.conformance import device_names, resolve_on
 from iron.core.operator import Composite, Operator, OperatorError
 from iron.core.spec import dtype_name
 
 FORMAT = 1
+#: far past any catalog's snapshot (every family's is under 1 MiB)
+MAX_BYTES = 256 * 2**20
 
 
 def _plain(value):
@@ -85,17 +84,15 @@ def snapshot(family: str | None = None, devices=None) -> dict:
 
 
 def write(path, family: str | None = None) -> dict:
-    """Snapshot the catalog into `path`, written under a private name and
-    renamed: a failure or an interrupt leaves no half-written snapshot."""
+    """Snapshot the catalog into `path`, which must be a regular file or
+    nothing (checked before any work: a FIFO or a device is refused, never
+    written through or replaced, `files.NotRegularFile`), written under a
+    private name and renamed: a failure or an interrupt leaves no
+    half-written snapshot."""
+    files.write_target(path)
     data = snapshot(family)
-    path = Path(path)
-    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with open(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        os.replace(partial, path)
-    finally:
-        Path(partial).unlink(missing_ok=True)
+    with files.replacing(path) as f:
+        f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
 
 
@@ -135,20 +132,18 @@ class SnapshotError(ValueError):
 
 
 def load(path) -> dict:
-    """The snapshot at `path`, its shape checked: a mapping with an
-    `operators` mapping (operator -> case -> device -> mapping), a `devices`
-    list of names and a `family` name or null. Raises `SnapshotError` naming
-    the file and the rule."""
+    """The snapshot at `path`, its shape checked: a JSON object (no key
+    twice) with `format` 1, an `operators` mapping (operator -> case ->
+    device -> mapping), a `devices` list of names and a `family` name or
+    null. A FIFO or a device is refused before it is opened. Raises
+    `SnapshotError` naming the file and the rule."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as error:
-        raise SnapshotError(
-            f"{path}: cannot read the snapshot: {error.strerror or error}"
-        ) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise SnapshotError(f"{path}: not a JSON snapshot: {error}") from None
-    if not isinstance(data, dict):
-        raise SnapshotError(f"{path}: a snapshot is a JSON object, got {type(data).__name__}")
+        data = files.read_json(path, SnapshotError, limit=MAX_BYTES)
+    except FileNotFoundError as error:
+        raise SnapshotError(f"{path}: cannot read the snapshot: {error.strerror}") from None
+    files.expect(path, "format", data.get("format"), "an integer", error=SnapshotError)
+    if data["format"] != FORMAT:
+        raise SnapshotError(f"{path}: format {data['format']}: this IRON reads format {FORMAT}")
     operators, devices = data.get("operators", {}), data.get("devices")
     if not isinstance(operators, dict) or not all(
         isinstance(cases, dict)
@@ -161,8 +156,7 @@ def load(path) -> dict:
         isinstance(devices, list) and all(isinstance(d, str) for d in devices)
     ):
         raise SnapshotError(f"{path}: 'devices' must be a list of device names")
-    if not isinstance(data.get("family"), (str, type(None))):
-        raise SnapshotError(f"{path}: 'family' must be a family name or null")
+    files.expect(path, "family", data.get("family"), "a string", "null", error=SnapshotError)
     return data
 
 

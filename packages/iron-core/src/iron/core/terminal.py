@@ -13,6 +13,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 #: the status a shell reports for a program ended by SIGPIPE
 BROKEN_PIPE_STATUS = 141
+#: the status a shell reports for a program ended by SIGINT (128 + 2): Ctrl-C
+INTERRUPTED = 130
 
 
 def printable(text) -> str:

@@ -1,6 +1,7 @@
 """`check(design)`: every device limit a design must keep, each broken one
-named. Every limit is read from the design's `Device`; which tile takes
-what is `iron.design.usage`'s business.
+named. Every limit is read from the design's `Device`; what the design takes
+of each tile is counted on its lowered form (`iron.design.lower`, through
+`iron.design.usage`), the same form the simulator runs and the emitter prints.
 
 Each `Violation` prints as one line,
 
@@ -13,8 +14,11 @@ Each `Violation` prints as one line,
 - placement: workers on core tiles, links on memtiles, shim endpoints on
   shims, all within the device's columns; one worker per tile. Where
   placement is broken the per-tile rules below are not measured.
-- per tile: memory (core, memtile), DMA channels per direction, locks,
-  BDs (a memtile's even and odd channels each have half of its BDs), every
+- per tile: memory (core, memtile), DMA channels per direction, each
+  channel's number within its tile's range (a spilled pool's memtile ends
+  within 0..3), no two ends pinned to one channel, locks, every lock's
+  initial value, BDs (a memtile's even and odd channels each have half of its
+  BDs, shared by the static chains and the runtime's pool pushes), every
   channel's BD length.
 - runtime transfers (shim BDs, the TAP padded to 4 dimensions, the highest
   being the iteration): iterations 1..`shim_max_iterations`; d0 and d1 wraps
@@ -24,43 +28,51 @@ Each `Violation` prints as one line,
   words, positive where the size is above 1 (the iteration stride may be
   0); offset and d0 length in whole granules; a d0 stride of 1 for elements
   that are not 32-bit words (the DMA moves whole words); the pattern inside
-  its tensor; a whole number of the fifo's objects; tasks live per shim
-  tile up to `bd_ids_per_shim` and queued per shim channel up to
-  `task_queue_depth`.
+  its tensor; a whole number of what the fifo's other end moves per object.
+- the runtime sequence: BD ids live per shim tile up to `bd_ids_per_shim`; a
+  push onto a channel queue (`task_queue_depth`) only where the queue has
+  room or an earlier waited task on the channel can be awaited for it (else
+  the push may be lost on hardware); every await takes its own task's token
+  (the channel's tokens come in push order); no mixing of the default task
+  group with named ones (mlir-aie's `Runtime(strict_task_groups=True)`).
 - fifo reorders (`dims_to_stream` on the producer's tile, `dims_from_stream`
   on each consumer's): none on a shim (reorder in the runtime TAP instead),
   at most `bd_dims` dimensions, the same wrap, stride and granule rules
-  with every stride positive and every wrap limited, and no element outside
-  the object.
-- fifos: acquires (cumulative: a worker holds the larger of what it holds
-  and what it asks for) up to the endpoint's declared depth; no release of
-  more than is held; producer locks starting at most at `max_lock_value`;
+  with every stride positive and every wrap limited, as many elements as the
+  BD they order, and no element outside it.
+- links: a split's destinations repeated alike, a join's destination not
+  repeated (what mlir-aie's link lowering can do).
+- fifos: acquires up to the endpoint's declared depth (mlir-aie's
+  `ObjectFifoHandle.acquire` refuses more); releases and objects passed to
+  kernels only of what the worker holds in every iteration that reaches
+  them (`iron.design.lower` works out what it holds); a fifo a programmed
+  pool feeds held alike in every iteration at each acquire and release;
   `iter_count` in 1..`max_repeat_count` and only on a fifo with a memtile
   end; `repeat_count` in 1..`max_repeat_count` and not on a shim producer;
   objects in whole granules.
-- programmed pools (runtime-driven memtile pools): each pushed task's
-  `repeat_count` in 1..`max_repeat_count` and its BDs' acquire and release
-  values in 1..`max_lock_value`; each `SetLock` in 0..`max_lock_value`;
-  pushes queued per memtile channel (until their group finishes) up to
-  `task_queue_depth`.
-- kernel calls: the kernel's argument count; a Memref argument takes an
-  acquired object (held at the call) or a core buffer of its element type
-  and count; a Scalar takes an int or a Param.
+- programmed pools: each pushed task's `repeat_count` in
+  1..`max_repeat_count` and its BDs' acquire and release values in
+  1..`max_lock_value`; each `SetLock` in 0..`max_lock_value`.
+- barriers: values set, waited for and released in 0..`max_lock_value`.
+- kernel calls: a Memref argument takes an acquired object (held where
+  called) or a core buffer of its element type and count (the argument
+  count and kinds are refused when the Call is built).
 - block-float element types (tensors, fifos, core buffers, kernel
   arguments) only where `device.block_float`.
 
 Where the issue's rules and mlir-aie differ, these follow mlir-aie: the
 producer lock starts at depth x repeat count, so that product is what
 `max_lock_value` bounds (mlir-aie does not verify it; the lock would
-overflow); pools are sized and placed as the lowering does
-(see `iron.design.usage`), so a memtile overflows only when its
-neighbours cannot take the spill; fifo reorders need every stride
-positive (`DMABDOp::verify`). Two rules are stricter than mlir-aie's
-verifiers: reorders are held to their tile's wrap and stride field widths
-(the verifier checks looser generic bounds and the fields would be
-truncated), and a runtime pattern must fit one BD as written (mlir-aie may
+overflow); pools are sized and placed as the lowering does, so a memtile
+overflows only when its neighbours cannot take the spill; fifo reorders
+need every stride positive (`DMABDOp::verify`). Three rules are stricter
+than mlir-aie's verifiers: reorders are held to their tile's wrap and stride
+field widths (the verifier checks looser generic bounds and the fields would
+be truncated); a runtime pattern must fit one BD as written (mlir-aie may
 split an oversized `dma_memcpy_nd` into several BDs, each taking a shim BD
-and a queue slot that the live-task rules do not count).
+and a queue slot that the rules here do not count); and what a worker holds
+is judged over every iteration of a loop whatever its count (mlir-aie's
+`verifyObjectFifoOverRelease` looks at each loop body alone).
 """
 
 from __future__ import annotations
@@ -72,34 +84,38 @@ from collections import Counter, defaultdict
 import attrs
 
 from iron.core.device import TileLimits
+from iron.design.lower import (
+    MM2S,
+    S2MM,
+    CoreOp,
+    Lowered,
+    endpoint_tile,
+    lower,
+    transfer_unit,
+)
 from iron.design.model import (
     Acquire,
     Buf,
     Call,
     Design,
     DesignError,
+    Drain,
+    Fill,
+    Loop,
     Memref,
     Obj,
-    Param,
+    PoolTask,
     Release,
-    Scalar,
+    ReleaseBarrier,
+    SetBarrier,
     SetLock,
     Tile,
+    WaitBarrier,
     element_type,
     require_design,
-    walk,
 )
 from iron.design.place import place
-from iron.design.usage import (
-    MM2S,
-    S2MM,
-    link_pool,
-    pool_pushes,
-    shim_tasks,
-    tile_of,
-    transfer_tap,
-    usage,
-)
+from iron.design.usage import tile_usage
 
 
 @attrs.frozen
@@ -156,12 +172,13 @@ def check(design: Design) -> Report:
             name, None, "", "workers", len(design.workers), design.device.cores, detail=str(error)
         )
         return Report(name, (found,))
+    lowered = lower(design)
     violations = list(_placement(design))
-    rules = [_fifos, _workers, _transfers, _reorders, _block_float]
+    rules = [_fifos, _links, _workers, _transfers, _reorders, _block_float, _sequence, _barriers]
     if not violations:
-        rules += [_tiles, _live_tasks, _pool_tasks]
+        rules += [_tiles, _pool_tasks]
     for rule in rules:
-        violations += rule(design)
+        violations += rule(lowered)
     return Report(name, tuple(violations))
 
 
@@ -217,9 +234,10 @@ def _placement(design: Design):
 # ---- per tile ----------------------------------------------------------------
 
 
-def _tiles(design: Design):
+def _tiles(lowered: Lowered):
+    design, config = lowered.design, lowered.configuration
     device = design.device
-    for tile, used in usage(design).items():
+    for tile, used in tile_usage(lowered).items():
         limits = device.limits(used.kind)
         v = _reporter(design, tile, "")
         if used.kind != "shim" and used.memory_bytes > limits.memory_bytes:
@@ -241,22 +259,18 @@ def _tiles(design: Design):
                 )
         if used.lock_count > limits.locks:
             yield v("locks", used.lock_count, limits.locks, detail=" + ".join(map(str, used.locks)))
-        for lock in used.locks:
-            if lock.start > device.max_lock_value:
-                yield _reporter(design, tile, f"fifo {lock.fifo}")(
-                    "producer lock start",
-                    lock.start,
-                    device.max_lock_value,
-                    detail="the pool's depth x its repeat count",
-                )
         if used.kind == "core" and used.bds > limits.bds:
             yield v("BDs", used.bds, limits.bds, detail=_bd_text(used.channels))
         if used.kind == "memtile":  # BDs 0..n/2-1 serve even channels, the rest odd ones
             for parity, side in enumerate(("even", "odd")):
-                channels = [c for c in used.channels if c.index % 2 == parity]
-                bds = sum(c.bds for c in channels)
-                if bds > limits.bds // 2:
-                    yield v(f"{side}-channel BDs", bds, limits.bds // 2, detail=_bd_text(channels))
+                if used.banks[parity] > limits.bds // 2:
+                    channels = [c for c in used.channels if c.index % 2 == parity]
+                    yield v(
+                        f"{side}-channel BDs",
+                        used.banks[parity],
+                        limits.bds // 2,
+                        detail=_bd_text(channels),
+                    )
         for channel in used.channels:
             if channel.words > limits.bd_words:
                 yield _reporter(design, tile, f"fifo {channel.fifo}")(
@@ -266,42 +280,102 @@ def _tiles(design: Design):
                     unit=" words",
                     detail=f"{channel.direction} {channel.index}",
                 )
+    for lock in config.locks:
+        if lock.init > device.max_lock_value:
+            yield _reporter(design, lock.tile, f"fifo {lock.owner}")(
+                "producer lock start",
+                lock.init,
+                device.max_lock_value,
+                detail="the pool's depth x its repeat count",
+            )
+    taken = Counter(c.key for c in config.channels)
+    for channel in config.channels:
+        v = _reporter(design, channel.tile, f"fifo {channel.fifo} at {channel.end}")
+        # an end beyond the tile's channels is counted above; a pinned one, or
+        # a spilled pool's end held to channels 0..3, is named here
+        restricted = channel.limit < device.limits(channel.kind).dma_channels
+        if channel.pinned and taken[channel.key] > 1:
+            yield v(
+                f"pinned {channel.direction} channel",
+                channel.index,
+                "taken by another end",
+                "is",
+                detail="no two ends of a tile share a DMA channel",
+            )
+        elif channel.index >= channel.limit and (channel.pinned or restricted):
+            yield v(
+                f"{channel.direction} channel",
+                channel.index,
+                f"0..{channel.limit - 1}",
+                "outside",
+                detail="a spilled pool's memtile ends reach its neighbour only through these"
+                if restricted
+                else f"a {channel.kind} tile has {channel.limit} per direction",
+            )
 
 
 def _bd_text(channels) -> str:
     return " + ".join(f"{c.fifo} ({c.direction} {c.index}) {c.bds}" for c in channels)
 
 
-def _live_tasks(design: Design):
+def _sequence(lowered: Lowered):
+    design, config, runtime = lowered.design, lowered.configuration, lowered.runtime
     device = design.device
-    tiles_over, channels_over = set(), set()
-    for task in shim_tasks(design):
-        v = _reporter(design, task.tile, task.subject)
-        if task.tile_live > device.bd_ids_per_shim and task.tile not in tiles_over:
-            tiles_over.add(task.tile)
-            yield v(
+    over = set()
+    for task in runtime.tasks:
+        tile = config.channels[task.channel].tile
+        if task.live > device.bd_ids_per_shim and tile not in over:
+            over.add(tile)
+            yield _reporter(design, tile, task.subject)(
                 "live tasks on the shim",
-                task.tile_live,
+                task.live,
                 device.bd_ids_per_shim,
-                detail="each task holds a BD until its group finishes",
+                detail="each task holds a BD id until it is awaited or freed",
             )
-        fifo = task.statement.fifo
-        if task.channel_live > device.task_queue_depth and fifo not in channels_over:
-            channels_over.add(fifo)
-            yield v(
-                "tasks queued on the channel",
-                task.channel_live,
-                device.task_queue_depth,
-                detail=f"fifo {fifo}'s shim channel queues until its group finishes",
-            )
+    for overflow in {o.channel: o for o in reversed(runtime.overflows)}.values():
+        item = runtime.task(overflow.index)  # the first push each channel may lose
+        channel = config.channels[overflow.channel]
+        yield _reporter(design, channel.tile, item.subject)(
+            "tasks queued on the channel",
+            overflow.queued,
+            device.task_queue_depth,
+            detail=f"{channel.direction} {channel.index} of fifo {channel.fifo} queues "
+            f"{device.task_queue_depth} tasks and none before this one on it is waited, so "
+            "nothing shows there is room; on hardware the push may be lost",
+        )
+    for misorder in runtime.misorders:
+        task, taken = runtime.task(misorder.task), runtime.task(misorder.taken)
+        yield _reporter(design, config.channels[task.channel].tile, task.subject)(
+            "await takes the token of",
+            taken.subject,
+            "its own",
+            "instead of",
+            detail="a channel's completion tokens come in push order; finish the earlier "
+            "task's group first",
+        )
+    groups = {}
+    for index, statement in enumerate(design.sequence):
+        if isinstance(statement, (Fill, Drain, PoolTask)):
+            groups.setdefault(statement.group == "default", index)
+    if len(groups) == 2:
+        default, named = groups[True], groups[False]
+        yield _reporter(design, None, f"sequence[{named}]")(
+            "task group",
+            repr(design.sequence[named].group),
+            f"the default group of sequence[{default}]",
+            "mixed with",
+            detail="as mlir-aie's Runtime(strict_task_groups=True), a sequence puts every task "
+            "in the default group or every task in a named one",
+        )
 
 
-def _pool_tasks(design: Design):
+def _pool_tasks(lowered: Lowered):
+    design, runtime, config = lowered.design, lowered.runtime, lowered.configuration
     device = design.device
     most = device.max_lock_value
-    over = set()
-    for push in pool_pushes(design):
-        task, v = push.task, _reporter(design, push.tile, push.subject)
+    for push in runtime.pushes:
+        task, tile = push.statement, config.channels[push.channel].tile
+        v = _reporter(design, tile, push.subject)
         if not 1 <= task.repeat_count <= device.max_repeat_count:
             yield v("repeat_count", task.repeat_count, f"1..{device.max_repeat_count}", "outside")
         for bd in task.bds:
@@ -314,15 +388,6 @@ def _pool_tasks(design: Design):
                         "outside",
                         detail="a lock holds 0..max_lock_value",
                     )
-        channel = (task.link, task.fill)
-        if push.channel_live > device.task_queue_depth and channel not in over:
-            over.add(channel)
-            yield v(
-                "tasks queued on the channel",
-                push.channel_live,
-                device.task_queue_depth,
-                detail="a push holds its channel's queue until its group finishes",
-            )
     for index, statement in enumerate(design.sequence):
         if isinstance(statement, SetLock) and not 0 <= statement.value <= most:
             link = design.link(statement.link)
@@ -331,18 +396,52 @@ def _pool_tasks(design: Design):
             )
 
 
+def _barriers(lowered: Lowered):
+    design = lowered.design
+    most = design.device.max_lock_value
+    values = [
+        (None, f"sequence[{i}] (set barrier {s.barrier})", s.value)
+        for i, s in enumerate(design.sequence)
+        if isinstance(s, SetBarrier)
+    ]
+    for worker in design.workers:
+        for op in _walk(worker.body):
+            if isinstance(op, (WaitBarrier, ReleaseBarrier)):
+                verb = "waits for" if isinstance(op, WaitBarrier) else "releases"
+                values.append(
+                    (worker.tile, f"worker {worker.name} ({verb} barrier {op.barrier})", op.value)
+                )
+    for tile, subject, value in values:
+        if not 0 <= value <= most:
+            yield _reporter(design, tile, subject)(
+                "barrier value",
+                value,
+                f"0..{most}",
+                "outside",
+                detail="a lock holds 0..max_lock_value",
+            )
+
+
+def _walk(body):
+    for op in body:
+        yield op
+        if isinstance(op, Loop):
+            yield from _walk(op.body)
+
+
 # ---- access patterns -----------------------------------------------------------
 
 
-def _transfers(design: Design):
+def _transfers(lowered: Lowered):
+    design, config = lowered.design, lowered.configuration
     device = design.device
     shim = device.limits("shim")
-    for task in shim_tasks(design):
+    for task in lowered.runtime.tasks:
         statement = task.statement
         fifo, tensor = design.fifo(statement.fifo), design.tensor(statement.tensor)
-        tap = transfer_tap(design, statement)
-        v = _reporter(design, task.tile, task.subject)
-        padded = tap.padded()
+        padded = task.tap
+        tap = statement.tap or padded
+        v = _reporter(design, config.channels[task.channel].tile, task.subject)
         iterations = padded.sizes[0]
         if iterations > device.shim_max_iterations:
             yield v(
@@ -366,25 +465,27 @@ def _transfers(design: Design):
                 "outside",
                 detail=f"TAP {tap}",
             )
-        if tap.count % fifo.size:
+        unit = transfer_unit(lowered, task)
+        if tap.count % unit:
             yield v(
                 "elements",
                 tap.count,
-                fifo.size,
+                unit,
                 "not a multiple of",
-                detail=f"fifo {fifo.name}'s objects hold {fifo.size}",
+                detail=f"fifo {fifo.name}'s other end moves {unit} per object",
             )
 
 
-def _reorders(design: Design):
+def _reorders(lowered: Lowered):
+    design, config = lowered.design, lowered.configuration
     device = design.device
     for fifo in design.fifos:
-        reorders = [(fifo.producer, "dims_to_stream", fifo.dims_to_stream)]
-        reorders += [(c, "dims_from_stream", c.dims_from_stream) for c in fifo.consumers]
-        for end, what, dims in reorders:
+        reorders = [(fifo.producer, MM2S, "dims_to_stream", fifo.dims_to_stream)]
+        reorders += [(c, S2MM, "dims_from_stream", c.dims_from_stream) for c in fifo.consumers]
+        for end, direction, what, dims in reorders:
             if not dims:
                 continue
-            v = _reporter(design, tile_of(design, end), f"fifo {fifo.name}")
+            v = _reporter(design, endpoint_tile(design, end), f"fifo {fifo.name}")
             if end.kind == "shim":
                 yield v(
                     f"{what} dimensions",
@@ -406,17 +507,35 @@ def _reorders(design: Design):
             yield from _pattern(
                 v, sizes, strides, fifo.element.nbytes, limits, device.dma_granule, label=what
             )
-            _, reach = _reach(sizes, strides)
-            size = fifo.size
-            if end.kind == "memtile" and design.link(end.name).kind == "forward":
-                size = link_pool(design, design.link(end.name))[0].size  # whole source objects
-            if reach >= size:
+            channel = next(
+                (
+                    c
+                    for c in config.channels
+                    if (c.fifo, c.end, c.direction) == (fifo.name, end.label, direction)
+                ),
+                None,
+            )
+            lengths = (
+                sorted({bd.length for bd in channel.chain})
+                if channel and channel.chain
+                else [fifo.size]
+            )
+            count, (_, reach) = math.prod(sizes), _reach(sizes, strides)
+            if count not in lengths:
+                yield v(
+                    f"{what} elements",
+                    count,
+                    " or ".join(map(str, lengths)),
+                    "!=",
+                    detail="the dimensions order every element of the BD they belong to",
+                )
+            elif reach >= min(lengths):
                 yield v(
                     f"{what} element",
                     reach,
-                    size,
+                    min(lengths),
                     ">=",
-                    detail=f"the object holds {size} elements",
+                    detail=f"the BD holds {min(lengths)} elements",
                 )
 
 
@@ -498,10 +617,31 @@ def _contiguous(sizes, strides) -> bool:
     return s0 == 1 and (d1 == 1 or s1 == d0) and (d2 == 1 or s2 == d0 * d1)
 
 
+def pattern_violations(design: Design, task) -> list:
+    """The BD-field rules a runtime task's pattern breaks (the simulator
+    refuses such a task before it allocates anything for it)."""
+    device = design.device
+    v = _reporter(design, None, task.subject)
+    found = []
+    if task.tap.sizes[0] > device.shim_max_iterations:
+        found.append(v("iterations", task.tap.sizes[0], device.shim_max_iterations))
+    found += _pattern(
+        v,
+        task.tap.sizes,
+        task.tap.strides,
+        design.fifo(task.statement.fifo).element.nbytes,
+        device.limits("shim"),
+        device.dma_granule,
+        iteration=True,
+    )
+    return found
+
+
 # ---- fifos, workers, kernels ------------------------------------------------------------
 
 
-def _fifos(design: Design):
+def _fifos(lowered: Lowered):
+    design = lowered.design
     device = design.device
     for fifo in design.fifos:
         v = _reporter(design, None, f"fifo {fifo.name}")
@@ -538,81 +678,109 @@ def _fifos(design: Design):
                 yield v("iter_count", fifo.iter_count, device.max_repeat_count)
 
 
-def _workers(design: Design):
-    for worker in design.workers:
-        held: Counter[str] = Counter()
-        for op in walk(worker.body):
+def _links(lowered: Lowered):
+    """What mlir-aie's link lowering can repeat: a split's destinations all
+    alike (`ObjectFifoLinkOp::verify`), a join's destination not at all
+    (`createMemTileDMA` takes a BD's offset by its index among the repeated
+    BDs, past the join's offsets)."""
+    design = lowered.design
+    for link in design.links:
+        destinations = [design.fifo(f) for f in link.destinations]
+        v = _reporter(design, link.tile, f"link {link.name}")
+        if link.kind == "split" and len({f.repeat_count for f in destinations}) > 1:
+            yield v(
+                "destination repeat_counts",
+                ", ".join(str(f.repeat_count or 1) for f in destinations),
+                "one count",
+                "not",
+                detail="a split's destinations repeat alike",
+            )
+        if link.kind == "join" and destinations[0].repeat_count:
+            yield v(
+                "destination repeat_count",
+                destinations[0].repeat_count,
+                "a join",
+                "not allowed on",
+                detail="mlir-aie's lowering would take offsets past the join's",
+            )
+
+
+def _workers(lowered: Lowered):
+    design = lowered.design
+    fifos = {f.name: f for f in design.fifos}
+    for core in lowered.configuration.cores:
+        worker = design.worker(core.worker)
+        yield from _ops(design, fifos, worker, core, core.body)
+
+
+def _ops(design: Design, fifos, worker, core, body: tuple[CoreOp, ...]):
+    for lowered in body:
+        op = lowered.op
+        if not lowered.held.reached:  # in a loop that runs no time
+            continue
+        if isinstance(op, (Acquire, Release)):
+            fifo = fifos[op.fifo]
+            v = _reporter(design, worker.tile, f"fifo {fifo.name}")
+            lo, hi = lowered.held.of(op.fifo)
             if isinstance(op, Acquire):
-                fifo = design.fifo(op.fifo)
                 end = next(e for e in fifo.endpoints if (e.kind, e.name) == ("core", worker.name))
-                held[op.fifo] = max(held[op.fifo], op.n)
-                if held[op.fifo] > fifo.depth_at(end):
-                    yield _reporter(design, worker.tile, f"fifo {fifo.name}")(
+                if op.n > fifo.depth_at(end):
+                    yield v(
                         "acquire",
-                        held[op.fifo],
+                        op.n,
                         f"depth {fifo.depth_at(end)}",
                         ">",
                         detail=f"worker {worker.name} would hold more objects than its end has",
                     )
-            elif isinstance(op, Release):
-                if op.n > held[op.fifo]:
-                    yield _reporter(design, worker.tile, f"fifo {op.fifo}")(
-                        "release",
-                        op.n,
-                        f"{held[op.fifo]} held",
-                        ">",
-                        detail=f"worker {worker.name} releases objects it does not hold",
-                    )
-                held[op.fifo] = max(0, held[op.fifo] - op.n)
-            elif isinstance(op, Call):
-                yield from _call(design, worker, op, held)
+            elif op.n > lo:
+                yield v(
+                    "release",
+                    op.n,
+                    f"{lo} held",
+                    ">",
+                    detail=f"worker {worker.name} releases objects it does not hold in every "
+                    "iteration that reaches the release",
+                )
+            if core.end(op.fifo).programmed and lo != hi:
+                yield v(
+                    f"objects held at an {type(op).__name__.lower()}",
+                    f"{lo}..{hi}",
+                    "one count",
+                    "not",
+                    detail=f"fifo {fifo.name} is fed by a programmed pool, whose locks the "
+                    "core program takes by counts fixed when it is emitted",
+                )
+        elif isinstance(op, Call):
+            yield from _call(design, fifos, worker, lowered)
+        elif isinstance(op, Loop):
+            yield from _ops(design, fifos, worker, core, lowered.body)
 
 
-def _call(design: Design, worker, call: Call, held: Counter):
+def _call(design: Design, fifos, worker, lowered: CoreOp):
+    """A call's buffers: an object held, or a core buffer, of the kernel's
+    element type and count (the argument count and kinds are the Call's
+    own: it cannot be built with them wrong)."""
+    call = lowered.op
     kernel = call.kernel
     v = _reporter(design, worker.tile, f"kernel {kernel.symbol}")
-    if len(call.args) != len(kernel.args):
-        yield v(
-            "arguments",
-            len(call.args),
-            len(kernel.args),
-            "!=",
-            detail=f"worker {worker.name} calls it with {len(call.args)}",
-        )
     buffers = {b.name: b for b in worker.buffers}
     for position, (arg, want) in enumerate(zip(call.args, kernel.args)):
         what = f"argument {position}"
-        if isinstance(want, Scalar):
-            if not isinstance(arg, (int, Param)):
-                yield v(
-                    what,
-                    type(arg).__name__,
-                    "a Scalar",
-                    "passed for",
-                    detail="scalars take an int or a Param",
-                )
-            continue
         if isinstance(arg, Obj):
-            fifo = design.fifo(arg.fifo)
+            fifo = fifos[arg.fifo]
             dtype, size = fifo.dtype, fifo.size
-            if arg.index >= held[arg.fifo]:
+            held, _ = lowered.held.of(arg.fifo)
+            if arg.index >= held:
                 yield v(
                     f"{what} object",
                     arg.index,
-                    f"{held[arg.fifo]} held",
+                    f"{held} held",
                     ">=",
                     detail=f"worker {worker.name} passes object {arg.index} of fifo {arg.fifo}",
                 )
         elif isinstance(arg, Buf):
             dtype, size = buffers[arg.name].dtype, math.prod(buffers[arg.name].shape)
         else:
-            yield v(
-                what,
-                type(arg).__name__,
-                f"a {want}",
-                "passed for",
-                detail="buffers take an acquired object (Obj) or a core buffer (Buf)",
-            )
             continue
         if dtype != want.dtype:
             yield v(f"{what} element type", dtype, want.dtype, "!=")
@@ -622,7 +790,8 @@ def _call(design: Design, worker, call: Call, held: Counter):
             )
 
 
-def _block_float(design: Design):
+def _block_float(lowered: Lowered):
+    design = lowered.design
     device = design.device
     if device.block_float:
         return

@@ -5,18 +5,20 @@ registered operator's designs.
     iron design show AddOne size=4096 --device npu1
     iron design show AddOne size=4096 --mlir
     iron design example split_join workers=4 --device npu2
-    iron design check --device npu1
+    iron design example add_one --lowered
+    iron design check --device npu1 --json
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
-from iron.core import registry
-from iron.core.cli import parse_params, table
+from iron.core.cli import make_operator, parse_params, table
 from iron.core.device import Device
 from iron.design.check import check
 from iron.design.examples import EXAMPLES
+from iron.design.lower import Await, Free, Lowered, SetLocks, Start, lower
 from iron.design.model import Design
 from iron.design.operators import catalog_designs, design_of
 from iron.design.place import place
@@ -27,48 +29,92 @@ def configure(parser) -> None:
     actions = parser.add_subparsers(dest="design_action", required=True, metavar="action")
 
     show = actions.add_parser("show", help="an operator's placed design, its tiles and its check")
-    show.add_argument("name", help="a registered operator")
+    show.add_argument("name", help="a registered operator (`iron ops list` shows them)")
     show.set_defaults(func=show_operator)
     example = actions.add_parser("example", help="one of iron.design.examples, placed and checked")
-    example.add_argument("name", choices=sorted(EXAMPLES))
+    example.add_argument("name", choices=sorted(EXAMPLES), help="the example")
     example.set_defaults(func=show_example)
     for sub in (show, example):
-        sub.add_argument("params", nargs="*", metavar="key=value")
+        sub.add_argument(
+            "params", nargs="*", metavar="key=value", help="the operator's or example's parameters"
+        )
         _device_arguments(sub)
-        sub.add_argument("--mlir", action="store_true", help="print the MLIR aiecc takes instead")
+        output = sub.add_mutually_exclusive_group()
+        output.add_argument(
+            "--mlir", action="store_true", help="print the MLIR aiecc takes instead"
+        )
+        output.add_argument(
+            "--lowered",
+            action="store_true",
+            help="print the lowered form: the configuration and the runtime sequence",
+        )
+        output.add_argument("--json", action="store_true", help="print the design as JSON")
 
     every = actions.add_parser("check", help="check every registered operator case with a design")
     _device_arguments(every)
     every.add_argument("--family", help="only this family")
+    every.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     every.set_defaults(func=check_catalog)
 
 
 def _device_arguments(parser) -> None:
-    parser.add_argument("--device", default="npu2", help="device to design for (default npu2)")
+    parser.add_argument("--device", default="npu2", help="device to design for")
     parser.add_argument("--columns", type=int, help="device width (default: full)")
 
 
 def show_operator(args) -> int:
     device = Device.from_name(args.device, args.columns)
-    op = registry.get_operator(args.name)(**parse_params(args.params, "iron design")).resolve(
-        device
-    )
-    return _show(design_of(op), args.mlir)
+    params = parse_params(args.params, "iron design")
+    op = make_operator(args.name, params, "iron design show").resolve(device)
+    return _show(design_of(op), args)
 
 
 def show_example(args) -> int:
     device = Device.from_name(args.device, args.columns)
-    return _show(EXAMPLES[args.name](device, **parse_params(args.params, "iron design")), args.mlir)
+    return _show(EXAMPLES[args.name](device, **parse_params(args.params, "iron design")), args)
 
 
-def _show(design: Design, mlir: bool) -> int:
-    if mlir:
+def _show(design: Design, args) -> int:
+    if args.mlir:
         from iron.design.mlir import to_mlir
 
         print(to_mlir(design), end="")
         return 0
-    print(describe(design))
-    return 0 if check(design).ok else 1
+    if args.lowered:
+        print(lowered_text(lower(design)))
+        return 0
+    report = check(design)
+    print(json.dumps(as_data(design), indent=1) if args.json else describe(design))
+    return 0 if report.ok else 1
+
+
+def as_data(design: Design) -> dict:
+    """What `describe` prints, as JSON data."""
+    design = place(design)
+    device, report = design.device, check(design)
+    tiles = []
+    for tile, used in usage(design).items():
+        limits = device.limits(used.kind)
+        tiles.append(
+            {"tile": str(tile), "kind": used.kind, "memory_bytes": used.memory_bytes,
+             "memory_limit": limits.memory_bytes, "locks": used.lock_count,
+             "lock_limit": limits.locks, "bds": used.bds, "bd_limit": limits.bds,
+             "s2mm": len(used.channels_in(S2MM)), "mm2s": len(used.channels_in(MM2S)),
+             "channel_limit": limits.dma_channels}
+        )  # fmt: skip
+    return {
+        "design": design.name, "device": device.key, "digest": design.digest(),
+        "configuration": lower(design).configuration.digest(),
+        "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": str(t.dtype),
+                     "direction": t.direction.value} for t in design.tensors],
+        "workers": [{"name": w.name, "tile": str(w.tile), "kernels": _kernels(w).split(", ")}
+                    for w in design.workers],
+        "fifos": [{"name": f.name, "shape": list(f.shape), "dtype": str(f.dtype),
+                   "depth": f.depth, "bytes": f.nbytes, "producer": _end(design, f.producer),
+                   "consumers": [_end(design, e) for e in f.consumers]} for f in design.fifos],
+        "tiles": tiles,
+        "ok": report.ok, "violations": [str(v) for v in report.violations],
+    }  # fmt: skip
 
 
 def describe(design: Design) -> str:
@@ -78,7 +124,7 @@ def describe(design: Design) -> str:
     device = design.device
     lines = [
         f"design {design.name} for {device.name} ({device.columns} columns, {device.arch}), "
-        f"digest {design.digest()[:12]}",
+        f"digest {design.digest()[:12]}, configuration {lower(design).configuration.digest()[:12]}",
         "tensors: "
         + ", ".join(f"{t.name} {t.shape} {t.dtype} {t.direction.value}" for t in design.tensors),
         "",
@@ -123,16 +169,22 @@ def _end(design: Design, endpoint) -> str:
 
 def check_catalog(args) -> int:
     device = Device.from_name(args.device, args.columns)
-    rows, failed = [], 0
+    rows, failed, found = [], 0, []
     for item in catalog_designs(device, args.family):
         if item.design is None:
             rows.append([item.operator, item.case, "refused", item.refusal])
+            found.append({"operator": item.operator, "case": item.case, "refused": item.refusal})
             continue
         report = check(item.design)
         failed += not report.ok
         first = "" if report.ok else str(report.violations[0])
         verdict = "ok" if report.ok else f"{len(report.violations)} violation(s)"
         rows.append([item.operator, item.case, verdict, first])
+        found.append({"operator": item.operator, "case": item.case, "ok": report.ok,
+                      "violations": [str(v) for v in report.violations]})  # fmt: skip
+    if args.json:
+        print(json.dumps({"device": device.key, "failed": failed, "cases": found}, indent=1))
+        return 1 if failed else 0
     if not rows:
         print(
             f"no registered operator has a design{f' in family {args.family!r}' if args.family else ''}"
@@ -142,3 +194,93 @@ def check_catalog(args) -> int:
     if failed:
         print(f"{failed} design(s) break {device.name}'s limits", file=sys.stderr)
     return 1 if failed else 0
+
+
+def lowered_text(lowered: Lowered) -> str:
+    """The lowered form as tables: the configuration (pools, locks, channels
+    and their BD chains, core programs) and the runtime sequence."""
+    config, runtime = lowered.configuration, lowered.runtime
+    lines = [f"configuration {config.digest()[:12]}", ""]
+    rows = []
+    for pool in config.pools:
+        locks = [
+            f"{config.locks[i].role} {config.locks[i].init}"
+            for lane in pool.lanes
+            for i in (lane.producer, lane.consumer)
+            if i is not None
+        ] or [f"2 per slot, {config.locks[pool.slot_locks[0][0]].init}"]
+        lanes = ", ".join(
+            f"{lane.fifo} [{lane.offset}:{lane.offset + lane.length}]" for lane in pool.lanes
+        )
+        rows.append([pool.name, pool.kind, str(pool.tile), f"{pool.depth} x {pool.nbytes} B",
+                     ", ".join(dict.fromkeys(locks)), lanes])  # fmt: skip
+    lines += [table(rows, ["pool", "kind", "tile", "slots", "locks (initial value)", "lanes"]), ""]
+    by_tile: dict = {}
+    for lock in config.locks:
+        owners = by_tile.setdefault(lock.tile, {})
+        owners[lock.owner] = owners.get(lock.owner, 0) + 1
+    rows = [
+        [str(tile), str(sum(owners.values())), ", ".join(f"{o} {n}" for o, n in owners.items())]
+        for tile, owners in sorted(by_tile.items())
+    ]
+    lines += [table(rows, ["tile", "locks", "by owner"]), ""]
+    rows = []
+    for channel in sorted(config.channels, key=lambda c: (c.tile, c.direction, c.index)):
+        if channel.driver == "static":
+            chain = " ".join(
+                f"{bd.slot}{'.' + str(bd.lane) if len(config.pools[channel.pool].lanes) > 1 else ''}"
+                for bd in channel.chain
+            )
+            driven = f"slots {chain}" + (
+                f", {channel.iterations} times" if channel.iterations else ""
+            )
+        else:
+            driven = (
+                "the runtime's tasks" if channel.driver == "runtime" else "the runtime's pushes"
+            )
+        rows.append([channel.label, channel.fifo, channel.end, driven])
+    lines += [table(rows, ["channel", "fifo", "end", "BD chain"]), ""]
+    rows = [
+        [core.worker, str(core.tile), f"{core.stack} B", _ops_text(core.body)]
+        for core in config.cores
+    ]
+    if rows:
+        lines += [table(rows, ["core", "tile", "stack", "program (held before each op)"]), ""]
+    lines += ["runtime sequence", ""]
+    rows = []
+    for op in runtime.ops:
+        if isinstance(op, Start):
+            task = runtime.task(op.task)
+            channel = config.channels[task.channel]
+            ids = getattr(task, "bd_ids", None) or (task.bd_id,)
+            rows.append(
+                ["start", task.subject, channel.label, ", ".join(map(str, ids)), str(task.queued)]
+            )
+        elif isinstance(op, Await):
+            why = "room in the queue" if op.group is None else f"finish of group {op.group}"
+            rows.append(["await", runtime.task(op.task).subject, why, "", ""])
+        elif isinstance(op, Free):
+            rows.append(["free", runtime.task(op.task).subject, "", "", ""])
+        elif isinstance(op, SetLocks):
+            owners = ", ".join(str(config.locks[i]) for i in op.locks)
+            rows.append(["set lock", f"{owners} to {op.value}", "", "", ""])
+    lines.append(table(rows, ["op", "task", "channel / why", "BD ids", "queued"]))
+    return "\n".join(lines)
+
+
+def _ops_text(body) -> str:
+    words = []
+    for lowered in body:
+        op, (held) = lowered.op, lowered.held
+        name = type(op).__name__
+        if name in ("Acquire", "Release"):
+            lo, hi = held.of(op.fifo)
+            count = f"{lo}" if lo == hi else f"{lo}..{hi}"
+            words.append(f"{name.lower()} {op.fifo} {op.n} (holds {count})")
+        elif name == "Call":
+            words.append(f"call {op.kernel.symbol}")
+        elif name == "Loop":
+            words.append(f"loop {op.count} [{_ops_text(lowered.body)}]")
+        else:
+            words.append(f"{name} {op.barrier} {op.value}")
+    return "; ".join(words)

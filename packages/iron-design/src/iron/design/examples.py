@@ -16,6 +16,7 @@ import numpy as np
 from iron.core.device import Device
 from iron.core.spec import IN, OUT
 from iron.design.model import (
+    I32_MAX,
     TAP,
     Acquire,
     Call,
@@ -34,10 +35,17 @@ from iron.design.model import (
     forward,
     join,
     memtile,
+    require_int,
     shim,
     shipped,
     split,
 )
+
+
+def _sizes(example: str, **sizes) -> None:
+    """Each size an int of 1..I32_MAX, refused before anything is built."""
+    for name, value in sizes.items():
+        require_int(f"{example}: {name}", value, 1, I32_MAX)
 
 
 def add_one_model(x: np.ndarray, y: np.ndarray, n: int) -> None:
@@ -74,6 +82,7 @@ def _io(n: int, dtype: str, out: int | None = None) -> tuple[Tensor, Tensor]:
 
 def passthrough(device: Device, n: int = 4096, tile: int = 1024, dtype: str = "i32") -> Design:
     """DMA only: `tile`-element objects through a memtile forward."""
+    _sizes("passthrough", n=n, tile=tile)
     return Design(
         "passthrough",
         device,
@@ -90,6 +99,7 @@ def passthrough(device: Device, n: int = 4096, tile: int = 1024, dtype: str = "i
 
 def add_one(device: Device, n: int = 4096, tile: int = 1024) -> Design:
     """One worker adds one to each `tile`-element line."""
+    _sizes("add_one", n=n, tile=tile)
     return Design(
         "add_one",
         device,
@@ -105,6 +115,7 @@ def add_one(device: Device, n: int = 4096, tile: int = 1024) -> Design:
 
 def repeat(device: Device, n: int = 1024, times: int = 4) -> Design:
     """One object in, sent `times` times by the memtile."""
+    _sizes("repeat", n=n, times=times)
     return Design(
         "repeat",
         device,
@@ -122,6 +133,7 @@ def repeat(device: Device, n: int = 1024, times: int = 4) -> Design:
 def transpose(device: Device, rows: int = 64, cols: int = 32) -> Design:
     """A `rows` x `cols` int32 matrix read column by column: each object is
     one column of the input, which is one row of the output."""
+    _sizes("transpose", rows=rows, cols=cols)
     return Design(
         "transpose",
         device,
@@ -141,7 +153,10 @@ def transpose(device: Device, rows: int = 64, cols: int = 32) -> Design:
 
 def split_join(device: Device, n: int = 4096, tile: int = 256, workers: int = 4) -> Design:
     """A memtile splits each `workers * tile` object across `workers` cores,
-    each adds one, and a memtile join gathers the lines back."""
+    each adds one, and a memtile join gathers the lines back. More workers
+    than the device has cores are refused before anything is built."""
+    _sizes("split_join", n=n, tile=tile)
+    require_int("split_join: workers (one per core tile)", workers, 1, device.cores)
     lanes = range(workers)
     fifos = [
         ObjectFifo("in", (workers * tile,), "i32", shim(), (memtile("scatter"),)),

@@ -1,45 +1,60 @@
-"""MLIR for aiecc: `to_mlir(design)` is the placed design in mlir-aie's aie
-dialect, as of mlir-aie `main` at 3ca0193ce (PR #3545, August 2026), for
-``aiecc --get-full-elf``.
+"""MLIR for aiecc: the lowered form of a design (`iron.design.lower`) printed
+in mlir-aie's aie dialect, as of mlir-aie `main` at 3ca0193ce (PR #3545,
+August 2026), for ``aiecc --get-full-elf``.
 
-What is emitted, in the order of IRON's ``Program.resolve_program``: the
-design's scratchpad parameters (module scope, as the scratchpad is one
-resource shared by every device of a module), then one ``aie.device @main``
-holding tiles, object fifos, links, kernel declarations, core buffers and
-barrier locks, cores, and the runtime sequence ``@sequence``. A full ELF
-names its kernel ``main:sequence``.
+`device_block(design, symbol=, params=, objects=, load_pdi=)` prints one
+``aie.device`` block: its tiles, object fifos, links, a programmed pool's
+buffers, locks and routes (`iron.design.mlir_pools`), kernel declarations,
+core buffers and barrier locks, cores, and the runtime sequence
+``@sequence``. What a fused program needs is given as arguments, never
+edited into the text: the device symbol, what each scratchpad parameter
+reads (a word of the program's scratchpad, or a constant folded in where it
+is used), the name each kernel object links under, and whether the sequence
+loads its own PDI. `to_mlir(design)` is the module of one block named
+``main``, its parameters declared at module scope (the scratchpad is one
+resource shared by every device of a module). A full ELF names its kernel
+``main:sequence``.
 
 Choices, each as current mlir-aie makes it:
 
 - Tiles are placed (``aie.tile(col, row)``, by `place`), which every aiecc
   accepts; ``aie.logical_tile`` would need aiecc's placer.
+- A fifo's depth is one number when every endpoint has it, as mlir-aie's
+  `ObjectFifo` writes it; the lowering then sizes a core end's pool by its
+  largest acquire (`iron.design.lower` says how, and counts those pools).
+  Endpoints of different depths are written per endpoint, kept as given.
+  A pinned endpoint's channel is ``prod_dma_channel`` / ``cons_dma_channels``
+  (-1 for the consumers left to the lowering).
+- Link offsets are written as given: lane i moves its offset up to the next
+  (`iron.design.model.link_lanes`).
 - The runtime sequence uses DMA tasks (``aiex.dma_configure_task_for`` with
   one ``aie.dma_bd``, ``dma_start_task``, ``dma_await_task``,
-  ``dma_free_task``): that is what IRON's Runtime emits at the pin
-  (``python/iron/runtime/dmatask.py`` through ``shim_dma_single_bd_task``);
-  ``aiex.npu.dma_memcpy_nd`` remains only in older tests. Access patterns
-  are padded to 4 dimensions; the highest becomes the task's
-  ``repeat_count`` and the BD length is the product of the other three, as
-  ``shim_dma_single_bd_task`` does. A group's waited tasks are awaited, then
-  all of its tasks freed (IRON's ``TaskGroup`` finish).
+  ``dma_free_task``): what IRON's Runtime emits at the pin
+  (``python/iron/runtime/dmatask.py`` through ``shim_dma_single_bd_task``).
+  Access patterns are padded to 4 dimensions; the highest becomes the task's
+  ``repeat_count`` and the BD length is the product of the other three. A
+  group's finish awaits its waited tasks, then frees all of them, awaited
+  ones included (``RuntimeSequence.finish_task_group``); an await the
+  lowering adds to make room in a channel's queue comes just before the push
+  that needs it.
 - The sequence begins by loading its own device's PDI: on the full-ELF path
   no xclbin configures the device (IRON's Program does the same). With
   parameters, the scratchpad sync follows that load explicitly, since the
   compiler's own preamble would run before it and the load resets locks.
 - A worker's body sits in an ``scf.for``: to 2^63 - 1 for a forever worker
-  (IRON's ``while_true``, ``range_(sys.maxsize)``), to 1 otherwise (IRON
-  keeps the loop for single-shot workers too). A `Param` reads its word
-  with ``aiex.read_scratchpad_parameter`` where it is used.
-- A barrier is one lock per waiting worker (init 0); the worker waits with
-  ``aie.use_lock(Acquire, value)`` and the runtime sets every lock with
+  (IRON's ``while_true``, ``range_(sys.maxsize)``), to 1 otherwise. A
+  `Param` reads its word with ``aiex.read_scratchpad_parameter`` where used.
+- ``aie.objectfifo.subview.access %s[i]`` is the i-th object the worker holds
+  when the access runs: the lowering reads the fifo's ring position there
+  (`LowerObjectFifoSubviewAccess` loads the rotating counter a release
+  advances), so an index counts from the oldest object still held. An
+  access with no acquire of its fifo in scope takes a subview from an
+  acquire of what is already held, which acquires nothing
+  (`LowerObjectFifoAcquire` takes max(0, n - held)).
+- A barrier is one lock per worker using it (init 0); the worker waits with
+  ``aie.use_lock(Acquire, value)``, releases with ``aie.use_lock(Release,
+  value)`` (`release_with_value`), and the runtime sets every lock with
   ``aiex.set_lock``, as IRON lowers ``WorkerRuntimeBarrier``.
-- Depths are always given per endpoint (``[producer, consumers...]``),
-  which the ObjectFifo lowering honours as given; from a single number it
-  would size each core's pool to that core's largest acquire + 1, so the
-  hardware would hold other than the design (and the checker) says.
-- A programmed memtile pool is no ``aie.objectfifo.link``: its slots,
-  locks, routes, consumer ends and runtime tasks are spelled out
-  (`iron.design.mlir_pools` says how and why).
 - Kernels are private ``func.func`` declarations with ``link_with`` naming
   their object; kernels built from one source with one set of flags share
   one object (`kernel_objects`).
@@ -47,46 +62,52 @@ Choices, each as current mlir-aie makes it:
 Names in a design become MLIR and ELF symbols, so fifo, kernel, parameter,
 barrier, worker and buffer names must be identifiers (letters, digits, ``_``,
 not starting with a digit); anything else raises `DesignError`, as does a
-design the dialect cannot express faithfully (link offsets that are not end
-to end, a call whose arguments do not fit the kernel, block floats off npu2).
+design the dialect cannot express (block floats off npu2). `to_mlir` does
+not re-check device limits: run `check` first.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
+import attrs
+
+from iron.design.lower import (
+    Await,
+    Core,
+    CoreOp,
+    Free,
+    Lowered,
+    SetLocks,
+    Start,
+    Task,
+    endpoint_tile,
+    lower,
+)
 from iron.design.model import (
-    TAP,
     Acquire,
     Buf,
     Call,
     Design,
     DesignError,
-    Drain,
-    Endpoint,
-    Fill,
-    Finish,
     Kernel,
-    Link,
     LocalBuffer,
     Loop,
     Memref,
     Obj,
     ObjectFifo,
     Param,
-    PoolTask,
     Release,
-    SetBarrier,
-    SetLock,
+    ReleaseBarrier,
     Tile,
     WaitBarrier,
     Worker,
     element_type,
     link_offsets,
-    walk,
+    require_design,
 )
-from iron.design.place import place
 
 DEVICE_SYMBOL = "main"
 SEQUENCE_SYMBOL = "sequence"
@@ -96,42 +117,48 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DEVICES = ("npu1", "npu2")
 
 
+@attrs.frozen
+class DeviceBlock:
+    """One design's ``aie.device`` block, as a fused program composes it.
+
+    `text` is the block (two spaces in, as a module holds it); `device` the
+    AIEDevice it names; `argument_types` its sequence's argument memrefs, in
+    tensor order; `parameters` the scratchpad symbols it reads, which the
+    module around it declares."""
+
+    text: str
+    device: str
+    argument_types: tuple[str, ...]
+    parameters: tuple[str, ...]
+
+
 def to_mlir(design: Design) -> str:
     """The placed design as MLIR text for aiecc. The same design always
     gives the same text."""
-    from iron.design.mlir_pools import Pools  # it builds on this module's helpers
-
-    design = place(design)
-    pools = Pools(design)
-    _check_names(design, pools.symbols())
-    tiles = _tiles(design)
-    barrier_locks = _barrier_locks(design)
+    require_design("place", design)
+    block = device_block(design)
     lines = ["module {"]
     lines += [f"  aiex.scratchpad_parameter @{p} : i32" for p in design.params]
-    lines.append(f"  aie.device({_device(design)}) @{DEVICE_SYMBOL} {{")
-    body = [f"{_tile_value(t)} = aie.tile({t.col}, {t.row})" for t in tiles]
-    body += [_objectfifo(design, fifo) for fifo in design.fifos if not pools.skips(fifo.name)]
-    body += [_link(design, link) for link in design.links if not link.programmed]
-    body += pools.device_lines()
-    body += _declarations(design)
-    for worker in design.workers:
-        body += [
-            f"{_buffer_value(worker, b)} = aie.buffer({_tile_value(worker.tile)}) "
-            f'{{sym_name = "{worker.name}_{b.name}"}} : '
-            f"{_memref(design, b.shape, b.dtype, f'worker {worker.name} buffer {b.name}')}"
-            f"{_initial_value(b)}"
-            for b in worker.buffers
-        ]
-    body += [
-        f"{value} = aie.lock({_tile_value(tile)}) {{init = 0 : i32}}"
-        for (_, tile), value in barrier_locks.items()
-    ]
-    for worker in design.workers:
-        body += _Core(design, worker, barrier_locks, pools).lines()
-    body += _sequence(design, barrier_locks, pools)
-    lines += ["    " + line for line in body]
-    lines += ["  }", "}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, block.text, "}"]) + "\n"
+
+
+def device_block(
+    design: Design,
+    *,
+    symbol: str = DEVICE_SYMBOL,
+    params: Mapping[str, str | int] | None = None,
+    objects: Mapping[str, str] | None = None,
+    load_pdi: bool = True,
+) -> DeviceBlock:
+    """`design`'s device block named `symbol`. `params` binds each design
+    parameter to the scratchpad symbol it reads (a str) or to a constant (an
+    int, folded in where the parameter is used); by default each reads its
+    own symbol. `objects` renames the kernel objects it links. With
+    `load_pdi` the sequence loads the block's own PDI and then syncs the
+    scratchpad (a standalone full ELF); without, the program around it does."""
+    require_design("place", design)
+    lowered = lower(design)
+    return _Printer(lowered, symbol, params, objects, load_pdi).block()
 
 
 def kernel_objects(design: Design) -> dict[Kernel, str]:
@@ -188,7 +215,8 @@ def _check_names(design: Design, pool_symbols=()) -> None:
 # ---- types and values -------------------------------------------------------------
 
 
-def _device(design: Design) -> str:
+def device_name(design: Design) -> str:
+    """The AIEDevice of `design`'s device: npu1, npu2, or npu<n>_<columns>col."""
     device = design.device
     if device.name not in _DEVICES:
         raise DesignError(
@@ -200,7 +228,7 @@ def _device(design: Design) -> str:
     return f"{device.name}_{device.columns}col"
 
 
-def _memref(design: Design, shape, dtype: str, owner: str) -> str:
+def memref(design: Design, shape, dtype: str, owner: str) -> str:
     if element_type(dtype).block_float and not design.device.block_float:
         raise DesignError(
             f"design {design.name}: {owner} holds block-float {dtype}, which "
@@ -210,11 +238,23 @@ def _memref(design: Design, shape, dtype: str, owner: str) -> str:
 
 
 def _scalar_type(dtype: str) -> str:
-    # arith constants are signless, and the C ABI passes an unsigned byte as a byte
-    return "i8" if dtype == "u8" else element_type(dtype).mlir
+    # arith constants are signless, and the C ABI passes an unsigned integer as
+    # the signless one of its width
+    kind = element_type(dtype)
+    return kind.mlir.removeprefix("u") if kind.mlir.startswith("ui") else kind.mlir
 
 
-def _tile_value(tile: Tile) -> str:
+def _signless(value: int, dtype: str) -> int:
+    """An unsigned scalar's bits as the signed value of its width, which a
+    signless integer constant holds."""
+    kind = element_type(dtype)
+    bits = 8 * kind.nbytes
+    if kind.mlir.startswith("ui") and value >= 2 ** (bits - 1):
+        return value - 2**bits
+    return value
+
+
+def tile_value(tile: Tile) -> str:
     prefix = {0: "shim_noc_tile", 1: "mem_tile"}.get(tile.row, "tile")
     return f"%{prefix}_{tile.col}_{tile.row}"
 
@@ -234,27 +274,6 @@ def _buffer_value(worker: Worker, buffer: LocalBuffer) -> str:
     return f"%buf.{worker.name}.{buffer.name}"
 
 
-def slot_value(link: Link, slot: int) -> str:
-    # the SSA names of a programmed pool (iron.design.mlir_pools)
-    return f"%{link.name}.slot{slot}"
-
-
-def lock_value(link: Link, kind: str, slot: int) -> str:
-    return f"%{link.name}.{kind}{slot}"
-
-
-def end_buffer(fifo: str, worker: str, index: int) -> str:
-    return f"%{fifo}.{worker}.buff{index}"
-
-
-def end_lock(fifo: str, worker: str, kind: str) -> str:
-    return f"%{fifo}.{worker}.{kind}"
-
-
-def end_next(fifo: str, worker: str) -> str:
-    return f"%{fifo}.{worker}.next"
-
-
 def _list(items) -> str:
     return f"[{', '.join(map(str, items))}]"
 
@@ -263,15 +282,7 @@ def _dims(dims) -> str:
     return _list(f"<size = {s}, stride = {t}>" for s, t in dims)
 
 
-def _endpoint_tile(design: Design, endpoint: Endpoint) -> Tile:
-    if endpoint.kind == "core":
-        return design.worker(endpoint.name).tile
-    if endpoint.kind == "memtile":
-        return design.link(endpoint.name).tile
-    return endpoint.tile
-
-
-def _tiles(design: Design) -> list[Tile]:
+def _emitted_tiles(design: Design) -> list[Tile]:
     """Every tile the design uses, each checked to be a tile of its kind."""
     uses = [(w.tile, "core", f"worker {w.name}") for w in design.workers]
     uses += [(k.tile, "memtile", f"link {k.name}") for k in design.links]
@@ -296,101 +307,210 @@ def _tiles(design: Design) -> list[Tile]:
     return sorted({tile for tile, _, _ in uses})
 
 
-# ---- fifos, links, kernels --------------------------------------------------------------
+# ---- the device block --------------------------------------------------------------
 
 
-def _objectfifo(design: Design, fifo: ObjectFifo) -> str:
-    shim_dims = (fifo.producer.kind == "shim" and fifo.dims_to_stream) or any(
-        c.kind == "shim" and c.dims_from_stream for c in fifo.consumers
-    )
-    if shim_dims:
-        raise DesignError(
-            f"design {design.name}: fifo {fifo.name}: mlir-aie has no dimensionsToStream or "
-            "dimensionsFromStream on a shim tile; reorder with the fill's or drain's TAP"
+class _Printer:
+    def __init__(self, lowered: Lowered, symbol, params, objects, load_pdi):
+        from iron.design.mlir_pools import Pools  # it builds on this module's helpers
+
+        self.lowered, self.design = lowered, lowered.design
+        self.symbol, self.load_pdi = symbol, load_pdi
+        self.params = {p: p for p in self.design.params} | dict(params or {})
+        self.objects = dict(objects or {})
+        self.pools = Pools(lowered)
+        self.barrier_locks = {
+            (barrier, core.tile): f"%lock.{barrier}.{core.tile.col}.{core.tile.row}"
+            for core in lowered.configuration.cores
+            for barrier, _ in core.barrier_locks
+        }
+        self.lock_values = {
+            lock: self.barrier_locks[barrier, core.tile]
+            for core in lowered.configuration.cores
+            for barrier, lock in core.barrier_locks
+        }
+        self.lock_values |= self.pools.lock_values()
+
+    def read_param(self, value: str, name: str) -> str:
+        """The line that gives SSA `value` parameter `name`'s word."""
+        bound = self.params[name]
+        if isinstance(bound, int):
+            return f"{value} = arith.constant {bound} : i32"
+        return f"{value} = aiex.read_scratchpad_parameter @{bound} : i32"
+
+    def block(self) -> DeviceBlock:
+        design = self.design
+        _check_names(design, self.pools.symbols())
+        body = [f"{tile_value(t)} = aie.tile({t.col}, {t.row})" for t in _emitted_tiles(design)]
+        body += [self._objectfifo(f) for f in design.fifos if not self.pools.skips(f.name)]
+        body += [self._link(k) for k in design.links if not k.programmed]
+        body += self.pools.device_lines()
+        body += self._declarations()
+        for worker in design.workers:
+            body += [
+                f"{_buffer_value(worker, b)} = aie.buffer({tile_value(worker.tile)}) "
+                f'{{sym_name = "{worker.name}_{b.name}"}} : '
+                f"{memref(design, b.shape, b.dtype, f'worker {worker.name} buffer {b.name}')}"
+                f"{_initial_value(b)}"
+                for b in worker.buffers
+            ]
+        body += [
+            f"{value} = aie.lock({tile_value(tile)}) {{init = 0 : i32}}"
+            for (_, tile), value in self.barrier_locks.items()
+        ]
+        for core in self.lowered.configuration.cores:
+            body += _Core(self, core).lines()
+        sequence, types = self._sequence()
+        body += sequence
+        lines = [f"  aie.device({device_name(design)}) @{self.symbol} {{"]
+        lines += ["    " + line for line in body]
+        lines.append("  }")
+        read = tuple(dict.fromkeys(b for b in self.params.values() if isinstance(b, str)))
+        return DeviceBlock("\n".join(lines), device_name(design), types, read)
+
+    # ---- fifos, links, kernels
+
+    def _objectfifo(self, fifo: ObjectFifo) -> str:
+        design = self.design
+        shim_dims = (fifo.producer.kind == "shim" and fifo.dims_to_stream) or any(
+            c.kind == "shim" and c.dims_from_stream for c in fifo.consumers
         )
-    producer = _tile_value(_endpoint_tile(design, fifo.producer))
-    if fifo.dims_to_stream:
-        producer += f" dimensionsToStream {_dims(fifo.dims_to_stream)}"
-    consumers = []
-    for consumer in fifo.consumers:
-        text = _tile_value(_endpoint_tile(design, consumer))
-        if consumer.dims_from_stream:
-            text += f" dimensionsFromStream {_dims(consumer.dims_from_stream)}"
-        consumers.append(text)
-    depth = _list(f"{fifo.depth_at(e)} : i32" for e in fifo.endpoints)
-    attributes = [
-        f"{name} = {value} : i32"
-        for name, value in (("iter_count", fifo.iter_count), ("repeat_count", fifo.repeat_count))
-        if value is not None
-    ]
-    attributes = f" {{{', '.join(attributes)}}}" if attributes else ""
-    memref = _memref(design, fifo.shape, fifo.dtype, f"fifo {fifo.name}")
-    return (
-        f"aie.objectfifo @{fifo.name}({producer}, {{{', '.join(consumers)}}}, {depth})"
-        f"{attributes} : !aie.objectfifo<{memref}>"
-    )
-
-
-def _link(design: Design, link: Link) -> str:
-    fifos = f"{_list(f'@{f}' for f in link.sources)} -> {_list(f'@{f}' for f in link.destinations)}"
-    if link.kind == "forward":
-        return f"aie.objectfifo.link {fifos}([] [])"
-    # the dialect takes each transfer's length from the next offset (the last
-    # runs to the end of the big object), so only end-to-end offsets say what
-    # the design says
-    small = link.destinations if link.kind == "split" else link.sources
-    big = design.fifo(link.sources[0] if link.kind == "split" else link.destinations[0])
-    offsets = link_offsets(design, link)
-    ends = [*offsets[1:], big.size]
-    for name, offset, end in zip(small, offsets, ends):
-        if end - offset != design.fifo(name).size:
+        if shim_dims:
             raise DesignError(
-                f"design {design.name}: link {link.name}: fifo {name} at offset {offset} takes "
-                f"{design.fifo(name).size} elements, but the next offset is {end}; mlir-aie "
-                "needs the fifos of a split or join end to end, in offset order"
+                f"design {design.name}: fifo {fifo.name}: mlir-aie has no dimensionsToStream or "
+                "dimensionsFromStream on a shim tile; reorder with the fill's or drain's TAP"
             )
-    pair = f"[] {_list(offsets)}" if link.kind == "split" else f"{_list(offsets)} []"
-    return f"aie.objectfifo.link {fifos}({pair})"
-
-
-def _signature(design: Design, kernel: Kernel) -> str:
-    return ", ".join(
-        _memref(design, a.shape, a.dtype, f"kernel {kernel.symbol}")
-        if isinstance(a, Memref)
-        else _scalar_type(a.dtype)
-        for a in kernel.args
-    )
-
-
-def _declarations(design: Design) -> list[str]:
-    objects = kernel_objects(design)
-    declared: dict[str, Kernel] = {}
-    lines = []
-    for kernel in design.kernels:
-        seen = declared.setdefault(kernel.symbol, kernel)
-        if seen is not kernel:
-            if (seen.args, objects[seen]) != (kernel.args, objects[kernel]):
-                raise DesignError(
-                    f"design {design.name}: two kernels are named {kernel.symbol} with "
-                    "different arguments or sources; one symbol is one function"
-                )
-            continue
-        lines.append(
-            f"func.func private @{kernel.symbol}({_signature(design, kernel)}) "
-            f'attributes {{link_with = "{objects[kernel]}"}}'
+        producer = tile_value(endpoint_tile(design, fifo.producer))
+        if fifo.dims_to_stream:
+            producer += f" dimensionsToStream {_dims(fifo.dims_to_stream)}"
+        consumers = []
+        for consumer in fifo.consumers:
+            text = tile_value(endpoint_tile(design, consumer))
+            if consumer.dims_from_stream:
+                text += f" dimensionsFromStream {_dims(consumer.dims_from_stream)}"
+            consumers.append(text)
+        depth = dict(self.lowered.configuration.fifo_depths)[fifo.name]
+        depth = _list(f"{d} : i32" for d in depth) if isinstance(depth, tuple) else f"{depth} : i32"
+        attributes = []
+        if any(c.channel is not None for c in fifo.consumers):
+            pins = ", ".join(str(-1 if c.channel is None else c.channel) for c in fifo.consumers)
+            attributes.append(f"cons_dma_channels = array<i32: {pins}>")
+        for name, value in (
+            ("iter_count", fifo.iter_count),
+            ("prod_dma_channel", fifo.producer.channel),
+            ("repeat_count", fifo.repeat_count),
+        ):
+            if value is not None:
+                attributes.append(f"{name} = {value} : i32")
+        attributes = f" {{{', '.join(attributes)}}}" if attributes else ""
+        type_ = memref(design, fifo.shape, fifo.dtype, f"fifo {fifo.name}")
+        return (
+            f"aie.objectfifo @{fifo.name}({producer}, {{{', '.join(consumers)}}}, {depth})"
+            f"{attributes} : !aie.objectfifo<{type_}>"
         )
-    return lines
 
+    def _link(self, link) -> str:
+        fifos = (
+            f"{_list(f'@{f}' for f in link.sources)} -> {_list(f'@{f}' for f in link.destinations)}"
+        )
+        if link.kind == "forward":
+            return f"aie.objectfifo.link {fifos}([] [])"
+        offsets = _list(link_offsets(self.design, link))
+        pair = f"[] {offsets}" if link.kind == "split" else f"{offsets} []"
+        return f"aie.objectfifo.link {fifos}({pair})"
 
-def _barrier_locks(design: Design) -> dict[tuple[str, Tile], str]:
-    """One lock per (barrier, tile of a worker waiting on it)."""
-    locks = {}
-    for worker in design.workers:
-        for op in walk(worker.body):
-            if isinstance(op, WaitBarrier):
-                tile = worker.tile
-                locks[(op.barrier, tile)] = f"%lock.{op.barrier}.{tile.col}.{tile.row}"
-    return locks
+    def _signature(self, kernel: Kernel) -> str:
+        return ", ".join(
+            memref(self.design, a.shape, a.dtype, f"kernel {kernel.symbol}")
+            if isinstance(a, Memref)
+            else _scalar_type(a.dtype)
+            for a in kernel.args
+        )
+
+    def _declarations(self) -> list[str]:
+        design = self.design
+        objects = kernel_objects(design)
+        declared: dict[str, Kernel] = {}
+        lines = []
+        for kernel in design.kernels:
+            seen = declared.setdefault(kernel.symbol, kernel)
+            if seen is not kernel:
+                if (seen.args, objects[seen]) != (kernel.args, objects[kernel]):
+                    raise DesignError(
+                        f"design {design.name}: two kernels are named {kernel.symbol} with "
+                        "different arguments or sources; one symbol is one function"
+                    )
+                continue
+            linked = self.objects.get(objects[kernel], objects[kernel])
+            lines.append(
+                f"func.func private @{kernel.symbol}({self._signature(kernel)}) "
+                f'attributes {{link_with = "{linked}"}}'
+            )
+        return lines
+
+    # ---- the runtime sequence
+
+    def _sequence(self) -> tuple[list[str], tuple[str, ...]]:
+        design, runtime = self.design, self.lowered.runtime
+        arguments = {t.name: f"%arg{i}" for i, t in enumerate(design.tensors)}
+        types = tuple(memref(design, t.shape, t.dtype, f"tensor {t.name}") for t in design.tensors)
+        signature = ", ".join(f"{arguments[t.name]}: {m}" for t, m in zip(design.tensors, types))
+        body = []
+        if self.load_pdi:
+            body.append(f"aiex.npu.load_pdi {{device_ref = @{self.symbol}}}")
+            if design.params:
+                body.append("aiex.sync_scratchpad_parameters_from_host")
+        tasks = {t.index: t for t in runtime.tasks}
+        pushes = {p.index: p for p in runtime.pushes}
+        for op in runtime.ops:
+            if isinstance(op, Start) and op.task in tasks:
+                task = tasks[op.task]
+                body += self._task(task, arguments[task.statement.tensor], types)
+            elif isinstance(op, Start):
+                body += self.pools.push(pushes[op.task], f"%task{op.task}")
+            elif isinstance(op, Await):
+                body.append(f"aiex.dma_await_task(%task{op.task})")
+            elif isinstance(op, Free):
+                body.append(f"aiex.dma_free_task(%task{op.task})")
+            elif isinstance(op, SetLocks):
+                body += [
+                    f"aiex.set_lock({self.lock_values[lock]}, {op.value})" for lock in op.locks
+                ]
+        lines = [
+            f"aie.runtime_sequence @{SEQUENCE_SYMBOL}({signature}) {{",
+            *("  " + line for line in body),
+            "}",
+        ]
+        return lines, types
+
+    def _task(self, task: Task, argument: str, types) -> list[str]:
+        """One shim DMA task: its pattern padded to 4 dimensions, the highest
+        one repeating the BD (`repeat_count` is repeats - 1)."""
+        statement = task.statement
+        tensor_index = next(
+            i for i, t in enumerate(self.design.tensors) if t.name == statement.tensor
+        )
+        tap = task.tap
+        attributes = ["issue_token = true"] if statement.wait else []
+        if tap.sizes[0] > 1:
+            attributes.append(f"repeat_count = {tap.sizes[0] - 1} : i32")
+        attributes = f" {{{', '.join(attributes)}}}" if attributes else ""
+        offset, patched = tap.offset, ""
+        if statement.offset_param:
+            bound = self.params[statement.offset_param]
+            if isinstance(bound, int):  # a constant parameter is part of the static offset
+                offset += bound
+            else:  # the word is added to the BD's address when the task is issued
+                patched = f" {{offset_parameter = @{bound}}}"
+        return [
+            f"%task{task.index} = aiex.dma_configure_task_for @{statement.fifo} {{",
+            f"  aie.dma_bd({argument} : {types[tensor_index]} offset = {offset} len = "
+            f"{math.prod(tap.sizes[1:])} sizes = {_list(tap.sizes)} strides = {_list(tap.strides)})"
+            f"{patched}",
+            "  aie.end",
+            f"}}{attributes}",
+            f"aiex.dma_start_task(%task{task.index})",
+        ]
 
 
 # ---- cores ----------------------------------------------------------------------
@@ -400,37 +520,29 @@ class _Core:
     """One worker's ``aie.core``: its body in a loop, constants hoisted to the
     top (so nested loops never define a name twice)."""
 
-    def __init__(self, design: Design, worker: Worker, barrier_locks, pools=None) -> None:
-        self.design, self.worker, self.barrier_locks = design, worker, barrier_locks
-        # fifos a programmed pool feeds this worker: emitted as the lowering
-        # would (`iron.design.mlir_pools`), their held objects counted here
-        self.pool_fed = {
-            fifo: 0
-            for fifo in (pools.destinations if pools else ())
-            if design.fifo(fifo).consumer("core", worker.name) is not None
-        }
-        self.where = f"design {design.name}: worker {worker.name}"
+    def __init__(self, printer: _Printer, core: Core) -> None:
+        self.printer, self.design, self.core = printer, printer.design, core
+        self.worker = self.design.worker(core.worker)
+        self.where = f"design {self.design.name}: worker {core.worker}"
         self.constants: dict[str, str] = {}  # name -> definition
         self.values = 0
 
     def lines(self) -> list[str]:
-        worker, tile = self.worker, self.worker.tile
-        bound = FOREVER if worker.forever else 1
+        core, tile = self.core, self.core.tile
+        bound = FOREVER if core.forever else 1
         body = [
-            f"memref.store {self._constant(0, 'i32')}, {end_next(fifo, worker.name)}"
+            f"memref.store {self._constant(0, 'i32')}, {self.printer.pools.next_value(end.fifo, core.worker)}"
             f"[{self._index(0)}] : memref<1xi32>"
-            for fifo in self.pool_fed
+            for end in core.ends
+            if end.programmed
         ]
-        body += self._loop(Loop(bound, worker.body), {}, depth=0)
-        stack = worker.stack_size
-        if stack is None:
-            stack = self.design.device.core_stack_bytes
+        body += self._loop(bound, core.body, {}, depth=0)
         return [
-            f"%core_{tile.col}_{tile.row} = aie.core({_tile_value(tile)}) {{",
+            f"%core_{tile.col}_{tile.row} = aie.core({tile_value(tile)}) {{",
             *("  " + c for c in self.constants.values()),
             *("  " + line for line in body),
             "  aie.end",
-            f"}} {{stack_size = {stack} : i32}}",
+            f"}} {{stack_size = {core.stack} : i32}}",
         ]
 
     def _value(self) -> str:
@@ -447,175 +559,144 @@ class _Core:
     def _index(self, value: int) -> str:
         return self._constant(value, "index")
 
-    def _loop(self, loop: Loop, held: dict, depth: int) -> list[str]:
+    def _loop(self, count, body: tuple[CoreOp, ...], subviews: dict, depth: int) -> list[str]:
         lines, start, step = [], self._index(0), self._index(1)
-        if isinstance(loop.count, Param):
+        if isinstance(count, Param):
             word, bound = self._value(), self._value()
             lines += [
-                f"{word} = aiex.read_scratchpad_parameter @{loop.count.name} : i32",
+                self.printer.read_param(word, count.name),
                 f"{bound} = arith.index_cast {word} : i32 to index",
             ]
         else:
-            bound = self._index(loop.count)
+            bound = self._index(count)
         lines.append(f"scf.for %i{depth} = {start} to {bound} step {step} {{")
-        # an object held from before the loop keeps its index in every
-        # iteration only if the body neither acquires nor releases its fifo
-        changed = {op.fifo for op in walk(loop.body) if isinstance(op, (Acquire, Release))}
-        inner = {fifo: view for fifo, view in held.items() if fifo not in changed}
-        counted = dict(self.pool_fed)
-        for op in loop.body:
+        # values defined in the body are not in scope after it
+        inner = dict(subviews)
+        for op in body:
             lines += ["  " + line for line in self._op(op, inner, depth + 1)]
-        unbalanced = [f for f in self.pool_fed if self.pool_fed[f] != counted[f]]
-        if unbalanced:
-            raise DesignError(
-                f"{self.where}: a loop ends holding {self.pool_fed[unbalanced[0]]} of fifo "
-                f"{unbalanced[0]}'s objects where it began holding {counted[unbalanced[0]]}; "
-                "a fifo a programmed pool feeds is counted where the code is emitted, so each "
-                "loop must give back what it takes"
-            )
-        # nor is the body's own subview in scope after it
-        for fifo in changed:
-            held.pop(fifo, None)
         return [*lines, "}"]
 
-    def _op(self, op, held: dict, depth: int) -> list[str]:
-        """`held` maps a fifo to (its latest subview, objects released since):
-        the i-th held object is that subview's element i + released."""
-        if isinstance(op, (Acquire, Release)) and op.fifo in self.pool_fed:
-            return self._pool_lock(op)
+    def _op(self, lowered: CoreOp, subviews: dict, depth: int) -> list[str]:
+        """`subviews` maps a fifo to an acquire in scope (its subview, and how
+        many it acquired: an access's index stays below that, as
+        `ObjectFifoSubviewAccessOp::verify` requires)."""
+        op = lowered.op
+        if isinstance(op, (Acquire, Release)) and self.core.end(op.fifo).programmed:
+            return self._pool_lock(op, lowered.held.of(op.fifo)[0])
         if isinstance(op, Acquire):
-            value, subview = self._value(), self._subview(op.fifo)
-            held[op.fifo] = (value, 0)
+            value = self._value()
+            subviews[op.fifo] = (value, op.n)
             return [
                 f"{value} = aie.objectfifo.acquire @{op.fifo}({self._port(op.fifo)}, {op.n}) "
-                f": {subview}"
+                f": {self._subview(op.fifo)}"
             ]
         if isinstance(op, Release):
-            if op.fifo in held:
-                subview, released = held[op.fifo]
-                held[op.fifo] = (subview, released + op.n)
             return [f"aie.objectfifo.release @{op.fifo}({self._port(op.fifo)}, {op.n})"]
         if isinstance(op, Call):
-            return self._call(op, held)
-        if isinstance(op, WaitBarrier):
-            lock = self.barrier_locks[(op.barrier, self.worker.tile)]
-            return [f"aie.use_lock({lock}, Acquire, {self._constant(op.value, 'i32')})"]
+            return self._call(lowered, subviews)
+        if isinstance(op, (WaitBarrier, ReleaseBarrier)):
+            lock = self.printer.barrier_locks[(op.barrier, self.core.tile)]
+            action = "Acquire" if isinstance(op, WaitBarrier) else "Release"
+            return [f"aie.use_lock({lock}, {action}, {self._constant(op.value, 'i32')})"]
         if isinstance(op, Loop):
-            return self._loop(op, held, depth)
+            return self._loop(op.count, lowered.body, subviews, depth)
         raise DesignError(f"{self.where}: cannot emit {op!r}")
 
-    def _pool_lock(self, op) -> list[str]:
+    def _pool_lock(self, op, held: int) -> list[str]:
         """An acquire takes only the objects not yet held (cumulative, as
         the ObjectFifo lowering counts); a release hands the oldest back
-        and moves the ring's next object on."""
-        fifo, name = self.design.fifo(op.fifo), self.worker.name
-        held = self.pool_fed[op.fifo]
+        and moves the ring's next object on. What is held here is the same in
+        every iteration (`check` makes sure)."""
+        pools, name = self.printer.pools, self.core.worker
         if isinstance(op, Acquire):
-            self.pool_fed[op.fifo] = max(held, op.n)
             if op.n <= held:
                 return []
             value = self._constant(op.n - held, "i32")
             return [
-                f"aie.use_lock({end_lock(op.fifo, name, 'cons')}, AcquireGreaterEqual, {value})"
+                f"aie.use_lock({pools.end_lock(op.fifo, name, 'cons')}, AcquireGreaterEqual, {value})"
             ]
-        if op.n > held:
-            raise DesignError(
-                f"{self.where}: releases {op.n} objects of fifo {op.fifo} holding {held}"
-            )
-        self.pool_fed[op.fifo] = held - op.n
-        depth = fifo.depth_at(fifo.consumer("core", name))
+        depth = self.printer.lowered.configuration.pools[self.core.end(op.fifo).pool].depth
         now, moved, wrapped = (self._value() for _ in range(3))
-        zero = self._index(0)
+        zero, next_ = self._index(0), pools.next_value(op.fifo, name)
         return [
-            f"aie.use_lock({end_lock(op.fifo, name, 'prod')}, Release, {self._constant(op.n, 'i32')})",
-            f"{now} = memref.load {end_next(op.fifo, name)}[{zero}] : memref<1xi32>",
+            f"aie.use_lock({pools.end_lock(op.fifo, name, 'prod')}, Release, {self._constant(op.n, 'i32')})",
+            f"{now} = memref.load {next_}[{zero}] : memref<1xi32>",
             f"{moved} = arith.addi {now}, {self._constant(op.n, 'i32')} : i32",
             f"{wrapped} = arith.remui {moved}, {self._constant(depth, 'i32')} : i32",
-            f"memref.store {wrapped}, {end_next(op.fifo, name)}[{zero}] : memref<1xi32>",
+            f"memref.store {wrapped}, {next_}[{zero}] : memref<1xi32>",
         ]
 
-    def _pool_object(self, arg: Obj, lines: list, what: str):
+    def _pool_object(self, arg: Obj, lines: list):
         """The held object `arg` of a pool-fed fifo: the ring buffer at
         (next + index) mod depth, chosen with ``scf.index_switch``."""
-        fifo, name = self.design.fifo(arg.fifo), self.worker.name
-        if arg.index >= self.pool_fed[arg.fifo]:
-            raise DesignError(
-                f"{what}: uses object {arg.index} of fifo {arg.fifo}, holding "
-                f"{self.pool_fed[arg.fifo]} there"
-            )
-        depth = fifo.depth_at(fifo.consumer("core", name))
-        memref = _memref(self.design, fifo.shape, fifo.dtype, f"fifo {fifo.name}")
+        fifo, name = self.design.fifo(arg.fifo), self.core.worker
+        pools = self.printer.pools
+        depth = self.printer.lowered.configuration.pools[self.core.end(arg.fifo).pool].depth
+        type_ = memref(self.design, fifo.shape, fifo.dtype, f"fifo {fifo.name}")
         now, moved, wrapped, index, chosen = (self._value() for _ in range(5))
         lines += [
-            f"{now} = memref.load {end_next(arg.fifo, name)}[{self._index(0)}] : memref<1xi32>",
+            f"{now} = memref.load {pools.next_value(arg.fifo, name)}[{self._index(0)}] : memref<1xi32>",
             f"{moved} = arith.addi {now}, {self._constant(arg.index, 'i32')} : i32",
             f"{wrapped} = arith.remui {moved}, {self._constant(depth, 'i32')} : i32",
             f"{index} = arith.index_cast {wrapped} : i32 to index",
-            f"{chosen} = scf.index_switch {index} -> {memref}",
+            f"{chosen} = scf.index_switch {index} -> {type_}",
         ]
         for case in [*range(depth), "default"]:
-            buffer = end_buffer(arg.fifo, name, 0 if case == "default" else case)
+            buffer = pools.end_buffer(arg.fifo, name, 0 if case == "default" else case)
             head = "default" if case == "default" else f"case {case}"
-            lines += [f"{head} {{", f"  scf.yield {buffer} : {memref}", "}"]
+            lines += [f"{head} {{", f"  scf.yield {buffer} : {type_}", "}"]
         return chosen, fifo.shape, fifo.dtype
 
     def _port(self, fifo: str) -> str:
-        role = self.design.fifo(fifo).role_of("core", self.worker.name)
-        return "Produce" if role == "produce" else "Consume"
+        return "Produce" if self.core.end(fifo).producer else "Consume"
 
     def _subview(self, fifo: str) -> str:
         f = self.design.fifo(fifo)
-        return f"!aie.objectfifosubview<{_memref(self.design, f.shape, f.dtype, f'fifo {fifo}')}>"
+        return f"!aie.objectfifosubview<{memref(self.design, f.shape, f.dtype, f'fifo {fifo}')}>"
 
-    def _call(self, call: Call, held: dict) -> list[str]:
+    def _call(self, lowered: CoreOp, subviews: dict) -> list[str]:
+        call = lowered.op
         kernel = call.kernel
         where = f"{self.where}: call of {kernel.symbol}"
-        if len(call.args) != len(kernel.args):
-            raise DesignError(
-                f"{where}: {len(call.args)} arguments for {len(kernel.args)} parameters"
-            )
         lines, operands = [], []
         for index, (arg, param) in enumerate(zip(call.args, kernel.args)):
             what = f"{where}: argument {index}"
             if isinstance(param, Memref):
-                value, shape, dtype = self._buffer_operand(arg, param, held, lines, what)
+                value, shape, dtype = self._buffer_operand(
+                    arg, param, lowered, subviews, lines, what
+                )
                 operands.append(self._reshaped(value, shape, dtype, param, lines, what))
             elif isinstance(arg, Param):
-                if param.dtype != "i32":
-                    raise DesignError(
-                        f"{what}: parameter {arg.name} is an i32 word, the kernel takes {param.dtype}"
-                    )
                 value = self._value()
-                lines.append(f"{value} = aiex.read_scratchpad_parameter @{arg.name} : i32")
+                lines.append(self.printer.read_param(value, arg.name))
                 operands.append(value)
-            elif isinstance(arg, int):
-                operands.append(self._constant(arg, _scalar_type(param.dtype)))
             else:
-                raise DesignError(f"{what}: the kernel takes a scalar ({param.dtype}), got {arg!r}")
-        types = _signature(self.design, kernel)
+                type_ = _scalar_type(param.dtype)
+                operands.append(self._constant(_signless(arg, param.dtype), type_))
+        types = self.printer._signature(kernel)
         lines.append(f"func.call @{kernel.symbol}({', '.join(operands)}) : ({types}) -> ()")
         return lines
 
-    def _buffer_operand(self, arg, param: Memref, held: dict, lines: list, what: str):
+    def _buffer_operand(self, arg, param: Memref, lowered: CoreOp, subviews, lines, what):
         if isinstance(arg, Buf):
             buffer = next(b for b in self.worker.buffers if b.name == arg.name)
             return _buffer_value(self.worker, buffer), buffer.shape, buffer.dtype
-        if isinstance(arg, Obj) and arg.fifo in self.pool_fed:
-            return self._pool_object(arg, lines, what)
-        if not isinstance(arg, Obj):
-            raise DesignError(f"{what}: the kernel takes a buffer ({param}), got {arg!r}")
-        if arg.fifo not in held:
-            raise DesignError(
-                f"{what}: uses an object of fifo {arg.fifo} with no acquire of it in scope "
-                "(acquire in the same loop body, or around the loop, before the call)"
+        if self.core.end(arg.fifo).programmed:
+            return self._pool_object(arg, lines)
+        subview, acquired = subviews.get(arg.fifo, (None, 0))
+        if acquired <= arg.index:  # an acquire of what is held: a handle, taking nothing
+            subview, acquired = self._value(), max(arg.index + 1, lowered.held.of(arg.fifo)[0])
+            lines.append(
+                f"{subview} = aie.objectfifo.acquire @{arg.fifo}({self._port(arg.fifo)}, "
+                f"{acquired}) : {self._subview(arg.fifo)}"
             )
-        subview, released = held[arg.fifo]
+            subviews[arg.fifo] = (subview, acquired)
         fifo = self.design.fifo(arg.fifo)
         value = self._value()
-        memref = _memref(self.design, fifo.shape, fifo.dtype, f"fifo {fifo.name}")
+        type_ = memref(self.design, fifo.shape, fifo.dtype, f"fifo {fifo.name}")
         lines.append(
-            f"{value} = aie.objectfifo.subview.access {subview}[{arg.index + released}] "
-            f": {self._subview(arg.fifo)} -> {memref}"
+            f"{value} = aie.objectfifo.subview.access {subview}[{arg.index}] "
+            f": {self._subview(arg.fifo)} -> {type_}"
         )
         return value, fifo.shape, fifo.dtype
 
@@ -633,73 +714,3 @@ class _Core:
             f": {Memref(shape, dtype)} into {param}"
         )
         return collapsed
-
-
-# ---- the runtime sequence -------------------------------------------------------------
-
-
-def _sequence(design: Design, barrier_locks, pools=None) -> list[str]:
-    arguments = {t.name: f"%arg{i}" for i, t in enumerate(design.tensors)}
-    signature = ", ".join(
-        f"{arguments[t.name]}: {_memref(design, t.shape, t.dtype, f'tensor {t.name}')}"
-        for t in design.tensors
-    )
-    body = [f"aiex.npu.load_pdi {{device_ref = @{DEVICE_SYMBOL}}}"]
-    if design.params:
-        body.append("aiex.sync_scratchpad_parameters_from_host")
-    groups: dict[str, list[tuple[str, bool]]] = {}  # open groups, in the order they began
-
-    def finish(group: str) -> list[str]:
-        tasks = groups.pop(group, [])
-        return [f"aiex.dma_await_task({t})" for t, wait in tasks if wait] + [
-            f"aiex.dma_free_task({t})" for t, _ in tasks
-        ]
-
-    for index, statement in enumerate(design.sequence):
-        if isinstance(statement, (Fill, Drain)):
-            task = f"%task{index}"
-            body += _task(design, statement, task, arguments[statement.tensor])
-            groups.setdefault(statement.group, []).append((task, statement.wait))
-        elif isinstance(statement, Finish):
-            body += finish(statement.group)
-        elif isinstance(statement, SetBarrier):
-            body += [
-                f"aiex.set_lock({lock}, {statement.value})"
-                for (barrier, _), lock in barrier_locks.items()
-                if barrier == statement.barrier
-            ]
-        elif isinstance(statement, (PoolTask, SetLock)):
-            task = f"%task{index}"
-            body += pools.statement(statement, task)
-            if isinstance(statement, PoolTask):
-                groups.setdefault(statement.group, []).append((task, False))
-    for group in list(groups):
-        body += finish(group)
-    return [
-        f"aie.runtime_sequence @{SEQUENCE_SYMBOL}({signature}) {{",
-        *("  " + line for line in body),
-        "}",
-    ]
-
-
-def _task(design: Design, statement: Fill | Drain, task: str, argument: str) -> list[str]:
-    """One shim DMA task: its pattern padded to 4 dimensions, the highest
-    one repeating the BD (`repeat_count` is repeats - 1)."""
-    tensor = design.tensor(statement.tensor)
-    tap = (statement.tap or TAP.linear(tensor.size)).padded()
-    memref = _memref(design, tensor.shape, tensor.dtype, f"tensor {tensor.name}")
-    attributes = ["issue_token = true"] if statement.wait else []
-    if tap.sizes[0] > 1:
-        attributes.append(f"repeat_count = {tap.sizes[0] - 1} : i32")
-    attributes = f" {{{', '.join(attributes)}}}" if attributes else ""
-    # the parameter's word is added to the BD's address when the task is issued
-    patched = f" {{offset_parameter = @{statement.offset_param}}}" if statement.offset_param else ""
-    return [
-        f"{task} = aiex.dma_configure_task_for @{statement.fifo} {{",
-        f"  aie.dma_bd({argument} : {memref} offset = {tap.offset} len = "
-        f"{math.prod(tap.sizes[1:])} sizes = {_list(tap.sizes)} strides = {_list(tap.strides)})"
-        f"{patched}",
-        "  aie.end",
-        f"}}{attributes}",
-        f"aiex.dma_start_task({task})",
-    ]

@@ -1,4 +1,5 @@
-"""MLIR for programmed memtile pools (`forward(..., programmed=True)`).
+"""MLIR for programmed memtile pools (`forward(..., programmed=True)`),
+printed from the lowered form (`iron.design.lower`).
 
 A programmed pool has no BD chain of its own, so it cannot be an
 ``aie.objectfifo.link``: the ObjectFifo lowering would give the memtile a
@@ -25,47 +26,37 @@ cores' stream), in mlir-aie's dialect at the pin:
   is repeats - 1, as for shim tasks), started at once and freed when its
   group finishes (never awaited: what it moves is awaited downstream).
 
-Channels the runtime drives are invisible to the ObjectFifo lowering, which
-takes the lowest free channel of each tile for the fifos it lowers; so a
-pool's channels are the highest of each tile (the last, then the one
-before for a second pool), and `check` has counted every channel against
-the tile's budget. Lock values are SSA ``arith.constant``s, as the dialect's
-``aie.use_lock`` takes them.
+The channels are the lowered ones (the top of each tile's range: the
+ObjectFifo lowering takes the lowest free channel for the fifos it lowers
+and never sees the runtime's memtile tasks). Each pushed BD carries its
+``bd_id``, also the lowered one: the top of its channel's bank, since the
+runtime sequence's BD allocator (`AIEAssignRuntimeSequenceBDIDs`) would
+otherwise number memtile BDs from 0 for channel 0, over the static chains'
+ids (`aie-assign-bd-ids` numbers them from the bottom of each bank) and
+out of an odd channel's reach (`isBdChannelAccessible`). Lock values are
+SSA ``arith.constant``s, as the dialect's ``aie.use_lock`` takes them.
 """
 
 from __future__ import annotations
 
-from iron.design.mlir import (
-    _endpoint_tile,
-    _memref,
-    _tile_value,
-    end_buffer,
-    end_lock,
-    end_next,
-    lock_value,
-    slot_value,
-)
-from iron.design.model import Design, DesignError, Link, PoolTask, SetLock
+from iron.design.lower import Lowered, Push
+from iron.design.mlir import memref, tile_value
+from iron.design.model import DesignError, Link
 
 
 class Pools:
-    """The programmed links of a placed design and every name their
+    """The programmed links of a lowered design and every name their
     emission uses."""
 
-    def __init__(self, design: Design) -> None:
-        self.design = design
+    def __init__(self, lowered: Lowered) -> None:
+        self.lowered = lowered
+        self.design = design = lowered.design
+        config = lowered.configuration
         self.links = [link for link in design.links if link.programmed]
         self.sources = {link.sources[0]: link for link in self.links}
         self.destinations = {link.destinations[0]: link for link in self.links}
-        self.channels: dict[tuple, int] = {}
-        taken: dict[tuple, int] = {}
-
-        def channel(tile, direction: str, budget: int) -> int:
-            used = taken.get((tile, direction), 0)
-            taken[(tile, direction)] = used + 1
-            return budget - 1 - used
-
-        device = design.device
+        self.pool = {p.link: p for p in config.pools if p.kind == "programmed"}
+        self.channel = {(c.fifo, c.end, c.direction): c.index for c in config.channels}
         for link in self.links:
             where = f"design {design.name}: link {link.name}"
             source, destination = design.fifo(link.sources[0]), design.fifo(link.destinations[0])
@@ -77,36 +68,17 @@ class Pools:
                     f"{where}: a programmed pool streams to cores, whole objects; not to "
                     f"{', '.join(bad)}"
                 )
-            self.channels[link.name, "in"] = channel(link.tile, "S2MM", device.memtile_dma_channels)
-            self.channels[link.name, "out"] = channel(
-                link.tile, "MM2S", device.memtile_dma_channels
-            )
-            self.channels[link.name, "shim"] = channel(
-                source.producer.tile, "MM2S", device.shim_dma_channels
-            )
-            for consumer in destination.consumers:
-                tile = design.worker(consumer.name).tile
-                self.channels[link.name, "core", consumer.name] = channel(
-                    tile, "S2MM", device.core_dma_channels
-                )
-
-    def __bool__(self) -> bool:
-        return bool(self.links)
 
     def skips(self, fifo: str) -> bool:
         """Whether `fifo` is a pool's leg, emitted here rather than as an
         ``aie.objectfifo``."""
         return fifo in self.sources or fifo in self.destinations
 
-    def slots(self, link: Link) -> int:
-        source = self.design.fifo(link.sources[0])
-        return source.depth_at(source.consumer("memtile", link.name))
-
     def symbols(self) -> list[tuple[str, str]]:
         """(owner, symbol) of every symbol the pools define."""
         out = []
         for link in self.links:
-            for i in range(self.slots(link)):
+            for i in range(self.pool[link.name].depth):
                 out += [
                     (f"link {link.name} slot {i}", f"{link.name}_{kind}{i}")
                     for kind in ("slot", "prod", "cons")
@@ -123,6 +95,37 @@ class Pools:
                 ]
         return out
 
+    def lock_values(self) -> dict[int, str]:
+        """Each slot's producer lock (into `Configuration.locks`) by SSA name:
+        what `SetLock` sets."""
+        return {
+            producer: self._lock(link, "prod", i)
+            for link in self.links
+            for i, (producer, _) in enumerate(self.pool[link.name].slot_locks)
+        }
+
+    # ---- names
+
+    @staticmethod
+    def _slot(link: Link, slot: int) -> str:
+        return f"%{link.name}.slot{slot}"
+
+    @staticmethod
+    def _lock(link: Link, kind: str, slot: int) -> str:
+        return f"%{link.name}.{kind}{slot}"
+
+    @staticmethod
+    def end_buffer(fifo: str, worker: str, index: int) -> str:
+        return f"%{fifo}.{worker}.buff{index}"
+
+    @staticmethod
+    def end_lock(fifo: str, worker: str, kind: str) -> str:
+        return f"%{fifo}.{worker}.{kind}"
+
+    @staticmethod
+    def next_value(fifo: str, worker: str) -> str:
+        return f"%{fifo}.{worker}.next"
+
     # ---- the device ------------------------------------------------------------
 
     def device_lines(self) -> list[str]:
@@ -131,65 +134,71 @@ class Pools:
             lines += self._memtile(link) + self._routes(link)
             destination = self.design.fifo(link.destinations[0])
             for consumer in destination.consumers:
-                lines += self._consumer_end(link, destination, consumer.name)
+                lines += self._consumer_end(destination, consumer)
         return lines
 
     def _memtile(self, link: Link) -> list[str]:
-        source = self.design.fifo(link.sources[0])
-        memref = _memref(self.design, source.shape, source.dtype, f"fifo {source.name}")
-        tile = _tile_value(link.tile)
+        pool = self.pool[link.name]
+        type_ = memref(self.design, pool.shape, pool.dtype, f"fifo {pool.name}")
+        tile = tile_value(link.tile)
         lines = []
-        for i in range(self.slots(link)):
+        for i in range(pool.depth):
             lines += [
-                f'{slot_value(link, i)} = aie.buffer({tile}) {{sym_name = "{link.name}_slot{i}"}} : {memref}',
-                f'{lock_value(link, "prod", i)} = aie.lock({tile}) {{init = 0 : i32, sym_name = "{link.name}_prod{i}"}}',
-                f'{lock_value(link, "cons", i)} = aie.lock({tile}) {{init = 0 : i32, sym_name = "{link.name}_cons{i}"}}',
+                f'{self._slot(link, i)} = aie.buffer({tile}) {{sym_name = "{link.name}_slot{i}"}} : {type_}',
+                f'{self._lock(link, "prod", i)} = aie.lock({tile}) {{init = 0 : i32, sym_name = "{link.name}_prod{i}"}}',
+                f'{self._lock(link, "cons", i)} = aie.lock({tile}) {{init = 0 : i32, sym_name = "{link.name}_cons{i}"}}',
             ]
         return lines
 
     def _routes(self, link: Link) -> list[str]:
-        source = self.design.fifo(link.sources[0])
-        destination = self.design.fifo(link.destinations[0])
-        shim, mem = _tile_value(source.producer.tile), _tile_value(link.tile)
-        shim_channel = self.channels[link.name, "shim"]
+        design, channel = self.design, self.channel
+        source, destination = design.fifo(link.sources[0]), design.fifo(link.destinations[0])
+        shim, mem = tile_value(source.producer.tile), tile_value(link.tile)
+        memtile = f"memtile {link.name}"
+        shim_channel = channel[source.name, "runtime", "MM2S"]
         lines = [
-            f"aie.flow({shim}, DMA : {shim_channel}, {mem}, DMA : {self.channels[link.name, 'in']})",
+            f"aie.flow({shim}, DMA : {shim_channel}, {mem}, DMA : {channel[source.name, memtile, 'S2MM']})",
             f"aie.shim_dma_allocation @{source.name}({shim}, MM2S, {shim_channel})",
         ]
         for consumer in destination.consumers:
-            core = _tile_value(_endpoint_tile(self.design, consumer))
+            core = tile_value(design.worker(consumer.name).tile)
             lines.append(
-                f"aie.flow({mem}, DMA : {self.channels[link.name, 'out']}, {core}, DMA : "
-                f"{self.channels[link.name, 'core', consumer.name]})"
+                f"aie.flow({mem}, DMA : {channel[destination.name, memtile, 'MM2S']}, {core}, "
+                f"DMA : {channel[destination.name, consumer.label, 'S2MM']})"
             )
         return lines
 
-    def _consumer_end(self, link: Link, fifo, worker: str) -> list[str]:
+    def _consumer_end(self, fifo, consumer) -> list[str]:
         """What the ObjectFifo lowering builds for a consumer end on a core:
         a ring of buffers under a lock pair, filled by an S2MM chain."""
-        depth = fifo.depth_at(fifo.consumer("core", worker))
-        tile = self.design.worker(worker).tile
-        core = _tile_value(tile)
-        memref = _memref(self.design, fifo.shape, fifo.dtype, f"fifo {fifo.name}")
+        worker = consumer.name
+        core_of = self.lowered.configuration.core(worker)
+        pool = self.lowered.configuration.pools[core_of.end(fifo.name).pool]
+        depth = pool.depth
+        core = tile_value(core_of.tile)
+        type_ = memref(self.design, fifo.shape, fifo.dtype, f"fifo {fifo.name}")
         base = f"{fifo.name}_{worker}"
-        prod, cons = end_lock(fifo.name, worker, "prod"), end_lock(fifo.name, worker, "cons")
+        prod, cons = (
+            self.end_lock(fifo.name, worker, "prod"),
+            self.end_lock(fifo.name, worker, "cons"),
+        )
         lines = [
-            f'{end_buffer(fifo.name, worker, i)} = aie.buffer({core}) {{sym_name = "{base}_buff_{i}"}} : {memref}'
+            f'{self.end_buffer(fifo.name, worker, i)} = aie.buffer({core}) {{sym_name = "{base}_buff_{i}"}} : {type_}'
             for i in range(depth)
         ]
         lines += [
             f'{prod} = aie.lock({core}) {{init = {depth} : i32, sym_name = "{base}_prod"}}',
             f'{cons} = aie.lock({core}) {{init = 0 : i32, sym_name = "{base}_cons"}}',
-            f'{end_next(fifo.name, worker)} = aie.buffer({core}) {{sym_name = "{base}_next"}} : memref<1xi32>',
+            f'{self.next_value(fifo.name, worker)} = aie.buffer({core}) {{sym_name = "{base}_next"}} : memref<1xi32>',
             f"%mem.{base} = aie.mem({core}) {{",
             "  %one = arith.constant 1 : i32",
-            f"  %0 = aie.dma_start(S2MM, {self.channels[link.name, 'core', worker]}, ^bd0, ^end)",
+            f"  %0 = aie.dma_start(S2MM, {self.channel[fifo.name, consumer.label, 'S2MM']}, ^bd0, ^end)",
         ]
         for i in range(depth):
             lines += [
                 f"^bd{i}:",
                 f"  aie.use_lock({prod}, AcquireGreaterEqual, %one)",
-                f"  aie.dma_bd({end_buffer(fifo.name, worker, i)} : {memref} offset = 0 len = {fifo.size})",
+                f"  aie.dma_bd({self.end_buffer(fifo.name, worker, i)} : {type_} offset = 0 len = {fifo.size})",
                 f"  aie.use_lock({cons}, Release, %one)",
                 f"  aie.next_bd ^bd{(i + 1) % depth}",
             ]
@@ -197,23 +206,23 @@ class Pools:
 
     # ---- the runtime sequence ----------------------------------------------------
 
-    def statement(self, statement: PoolTask | SetLock, task: str) -> list[str]:
+    def push(self, push: Push, task: str) -> list[str]:
+        statement = push.statement
         link = self.design.link(statement.link)
-        if isinstance(statement, SetLock):
-            return [f"aiex.set_lock({lock_value(link, 'prod', statement.slot)}, {statement.value})"]
-        source = self.design.fifo(link.sources[0])
-        memref = _memref(self.design, source.shape, source.dtype, f"fifo {source.name}")
-        direction, channel = ("S2MM", "in") if statement.fill else ("MM2S", "out")
+        pool = self.pool[link.name]
+        type_ = memref(self.design, pool.shape, pool.dtype, f"fifo {pool.name}")
+        channel = self.lowered.configuration.channels[push.channel]
         take, give = ("prod", "cons") if statement.fill else ("cons", "prod")
         values = sorted({v for bd in statement.bds for v in (bd.acquire, bd.release)})
         body = [f"%c{v}_i32 = arith.constant {v} : i32" for v in values]
-        for index, bd in enumerate(statement.bds):
+        for index, (bd, bd_id) in enumerate(zip(statement.bds, push.bd_ids)):
             if index:
                 body.append(f"^bd{index}:")
             body += [
-                f"aie.use_lock({lock_value(link, take, bd.slot)}, AcquireGreaterEqual, %c{bd.acquire}_i32)",
-                f"aie.dma_bd({slot_value(link, bd.slot)} : {memref} offset = 0 len = {source.size})",
-                f"aie.use_lock({lock_value(link, give, bd.slot)}, Release, %c{bd.release}_i32)",
+                f"aie.use_lock({self._lock(link, take, bd.slot)}, AcquireGreaterEqual, %c{bd.acquire}_i32)",
+                f"aie.dma_bd({self._slot(link, bd.slot)} : {type_} offset = 0 len = {pool.size}) "
+                f"{{bd_id = {bd_id} : i32}}",
+                f"aie.use_lock({self._lock(link, give, bd.slot)}, Release, %c{bd.release}_i32)",
                 f"aie.next_bd ^bd{index + 1}" if index + 1 < len(statement.bds) else "aie.end",
             ]
         repeat = (
@@ -222,8 +231,8 @@ class Pools:
             else ""
         )
         return [
-            f"{task} = aiex.dma_configure_task({_tile_value(link.tile)}, {direction}, "
-            f"{self.channels[link.name, channel]}) {{",
+            f"{task} = aiex.dma_configure_task({tile_value(link.tile)}, {channel.direction}, "
+            f"{channel.index}) {{",
             *(("  " if not line.startswith("^") else "") + line for line in body),
             f"}}{repeat}",
             f"aiex.dma_start_task({task})",

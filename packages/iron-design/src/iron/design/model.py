@@ -19,6 +19,7 @@ is `iron.design.check`'s question.
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import math
@@ -71,6 +72,17 @@ class ElementType:
         """One float per element (bf16, f32); the rest are integers or blocks."""
         return self.name in ("bf16", "f32")
 
+    @property
+    def value_range(self) -> tuple[int | None, int | None]:
+        """The ints a value of this type holds (a float type: its finite range)."""
+        if self.block_float:
+            return None, None
+        if self.floating:
+            largest = int(ml_dtypes.finfo(self.numpy).max)
+            return -largest, largest
+        info = np.iinfo(self.numpy)
+        return int(info.min), int(info.max)
+
 
 ELEMENT_TYPES = {
     t.name: t
@@ -81,11 +93,21 @@ ELEMENT_TYPES = {
         ElementType("i16", np.dtype(np.int16), 2, "i16"),
         ElementType("i32", np.dtype(np.int32), 4, "i32"),
         ElementType("u8", np.dtype(np.uint8), 1, "ui8"),
+        ElementType("u16", np.dtype(np.uint16), 2, "ui16"),
+        ElementType("u32", np.dtype(np.uint32), 4, "ui32"),
         # AIEX BlockFloatType v8bfp16ebs8: 8 int8 mantissas + 1 shared exponent
         ElementType("bfp16ebs8", np.dtype((np.void, 9)), 9, '!aiex.bfp<"v8bfp16ebs8">', 8),
     )
 }
-_NUMPY_NAMES = {"float32": "f32", "int8": "i8", "int16": "i16", "int32": "i32", "uint8": "u8"}
+_NUMPY_NAMES = {
+    "float32": "f32",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+}
 
 
 def element_type(value) -> ElementType:
@@ -111,22 +133,118 @@ def _dtype(value) -> str:
     return element_type(value).name
 
 
-def _shape(value) -> tuple[int, ...]:
-    shape = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-    if not shape or not all(isinstance(d, (int, np.integer)) and d > 0 for d in shape):
-        raise DesignError(f"a shape is a non-empty tuple of positive ints, got {value!r}")
-    return tuple(int(d) for d in shape)
+# ---- numbers ---------------------------------------------------------------------
+# Every number of a design is an int (a numpy integer is taken as one; a bool,
+# a float or a string never is) within the range of the MLIR type it becomes:
+# the aie and aiex dialects take counts, depths, offsets, lengths, sizes,
+# strides, channels and lock values as i32 (AIEI32Attr, I32Attr, `i32`
+# operands), loop bounds as `index`. Each value is checked on its own, in
+# O(1), when it is built; whether it fits the device is `check`'s question.
+
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+INDEX_MAX = 2**63 - 1
 
 
-def _ints(value) -> tuple[int, ...]:
-    return tuple(int(v) for v in value)
+def _as_int(value):
+    """A numpy integer as an int; anything else unchanged, for the validator to judge."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
+def _as_ints(value):
+    try:
+        return tuple(_as_int(v) for v in value)
+    except TypeError:
+        return value
+
+
+def require_int(what: str, value, low: int | None = None, high: int | None = None) -> int:
+    """`value` if it is an int in `low`..`high`, else `DesignError` naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DesignError(f"{what} is an int, got {type(value).__name__} {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{'' if low is None else low}..{'' if high is None else high}"
+        raise DesignError(f"{what} = {value} is outside {bounds}")
+    return value
+
+
+def _label(instance) -> str:
+    """How an error names the value a field belongs to."""
+    kind = {
+        "ObjectFifo": "fifo",
+        "LocalBuffer": "local buffer",
+        "Tensor": "tensor",
+        "Worker": "worker",
+        "Link": "link",
+    }.get(type(instance).__name__)
+    if type(instance).__name__ == "Memref":
+        return "a kernel's Memref"
+    if kind is not None:
+        return f"{kind} {instance.name}"
+    return type(instance).__name__
+
+
+def _int(low: int | None = None, high: int | None = I32_MAX, *, optional: bool = False):
+    """An attrs validator: the field is an int in `low`..`high` (or None)."""
+
+    def validate(instance, attribute, value) -> None:
+        if value is None and optional:
+            return
+        require_int(f"{_label(instance)}: {attribute.name}", value, low, high)
+
+    return validate
+
+
+def _ints_each(low: int | None = None, high: int | None = I32_MAX):
+    """An attrs validator: the field is a tuple of ints in `low`..`high`."""
+
+    def validate(instance, attribute, value) -> None:
+        if not isinstance(value, tuple):
+            raise DesignError(f"{_label(instance)}: {attribute.name} is a sequence, got {value!r}")
+        for i, item in enumerate(value):
+            require_int(f"{_label(instance)}: {attribute.name}[{i}]", item, low, high)
+
+    return validate
+
+
+def _bool(instance, attribute, value) -> None:
+    if not isinstance(value, bool):
+        raise DesignError(
+            f"{_label(instance)}: {attribute.name} is a bool, got {type(value).__name__} {value!r}"
+        )
+
+
+def _shape(value):
+    """A shape as a tuple (an int is a 1-d shape); `_positive_shape` judges it."""
+    return (
+        (int(value),)
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        else _as_ints(value)
+    )
+
+
+def _positive_shape(instance, attribute, shape) -> None:
+    """A non-empty shape of positive ints, at most I32_MAX elements (a
+    dma_bd's offset and length into it are i32 elements)."""
+    where = f"{_label(instance)}: {attribute.name}"
+    if not isinstance(shape, tuple) or not shape:
+        raise DesignError(f"{where} is a non-empty tuple of positive ints, got {shape!r}")
+    for i, dim in enumerate(shape):
+        require_int(f"{where}[{i}]", dim, 1, I32_MAX)
+    if math.prod(shape) > I32_MAX:
+        raise DesignError(
+            f"{where} {shape} holds {math.prod(shape)} elements, more than i32 offsets reach "
+            f"({I32_MAX})"
+        )
 
 
 def _dims(value) -> tuple[tuple[int, int], ...]:
     """(size, stride) pairs, highest dimension first."""
-    pairs = tuple((int(s), int(t)) for s, t in (value or ()))
-    if any(size < 1 for size, _ in pairs):
-        raise DesignError(f"dimension sizes are positive, got {value!r}")
+    pairs = tuple(_as_ints(pair) for pair in (value or ()))
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise DesignError(f"dimensions are (size, stride) pairs, got {pair!r} in {value!r}")
+        require_int(f"dimension {i} size", pair[0], 1, I32_MAX)
+        require_int(f"dimension {i} stride", pair[1], I32_MIN, I32_MAX)
     return pairs
 
 
@@ -138,8 +256,8 @@ class Tile:
     """A tile of the array: row 0 is the shim, row 1 the memtile, rows 2 and
     up the cores."""
 
-    col: int
-    row: int
+    col: int = attrs.field(converter=_as_int, validator=_int(0))
+    row: int = attrs.field(converter=_as_int, validator=_int(0))
 
     def __str__(self) -> str:
         return f"({self.col}, {self.row})"
@@ -151,9 +269,9 @@ class TAP:
     `strides` (highest first, outermost first), all in elements; at most 4
     dimensions. It numbers the elements it visits in visit order."""
 
-    offset: int
-    sizes: tuple[int, ...] = attrs.field(converter=_ints)
-    strides: tuple[int, ...] = attrs.field(converter=_ints)
+    offset: int = attrs.field(converter=_as_int, validator=_int(I32_MIN))
+    sizes: tuple[int, ...] = attrs.field(converter=_as_ints, validator=_ints_each(1))
+    strides: tuple[int, ...] = attrs.field(converter=_as_ints, validator=_ints_each(I32_MIN))
 
     def __attrs_post_init__(self) -> None:
         if len(self.sizes) != len(self.strides) or not 1 <= len(self.sizes) <= 4:
@@ -161,8 +279,14 @@ class TAP:
                 f"a TAP has 1 to 4 dimensions, as many sizes as strides; got sizes "
                 f"{list(self.sizes)} and strides {list(self.strides)}"
             )
-        if any(s < 1 for s in self.sizes):
-            raise DesignError(f"TAP sizes are positive, got {list(self.sizes)}")
+        # a shim BD moves the lower three dimensions as one dma_bd, whose
+        # `len` is an i32; the highest of four is the task's repeat count
+        length = math.prod(self.sizes[-3:])
+        if length > I32_MAX:
+            raise DesignError(
+                f"TAP {self}: its BD moves {length} elements (the product of its lowest three "
+                f"sizes), more than a dma_bd's i32 len holds ({I32_MAX})"
+            )
 
     @classmethod
     def linear(cls, count: int, offset: int = 0) -> TAP:
@@ -204,7 +328,7 @@ class Tensor:
     """A runtime argument of the design, in argument order."""
 
     name: str
-    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    shape: tuple[int, ...] = attrs.field(converter=_shape, validator=_positive_shape)
     dtype: str = attrs.field(converter=_dtype)
     direction: Direction = attrs.field(default=Direction.IN, converter=Direction)
 
@@ -221,7 +345,7 @@ class Tensor:
 class Memref:
     """A kernel argument that is a buffer: an acquired object or a core buffer."""
 
-    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    shape: tuple[int, ...] = attrs.field(converter=_shape, validator=_positive_shape)
     dtype: str = attrs.field(converter=_dtype)
 
     def __str__(self) -> str:
@@ -364,13 +488,24 @@ class Endpoint:
     """One end of an object fifo: the runtime through a shim tile, a memtile
     link, or a core worker (by name). `depth` overrides the fifo's depth for
     this endpoint's buffer pool; `dims_from_stream` (consumers) says where
-    the stream's elements land in the object."""
+    the stream's elements land in the object; `channel` pins the DMA channel
+    the end takes on its tile (else the lowering takes the lowest free one)."""
 
     kind: str  # shim | memtile | core
     name: str = ""  # the link or worker
-    depth: int | None = None
+    depth: int | None = attrs.field(
+        default=None, converter=_as_int, validator=_int(1, optional=True)
+    )
     dims_from_stream: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_dims)
     tile: Tile | None = None
+    #: the DMA channel this end takes on its tile (mlir-aie's prod_dma_channel /
+    #: cons_dma_channels); None lets the lowering take the lowest free one
+    channel: int | None = attrs.field(
+        default=None,
+        converter=_as_int,
+        validator=_int(0, optional=True),
+        metadata={"omitted_at_default": True},
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.kind not in ("shim", "memtile", "core"):
@@ -380,27 +515,29 @@ class Endpoint:
                 f"a {self.kind} endpoint {'has no' if self.kind == 'shim' else 'names its'} "
                 f"{'name' if self.kind == 'shim' else 'link or worker'}; got {self.name!r}"
             )
-        if self.depth is not None and self.depth < 1:
-            raise DesignError(f"endpoint {self.label}: depth must be at least 1, got {self.depth}")
 
     @property
     def label(self) -> str:
         return "runtime" if self.kind == "shim" else f"{self.kind} {self.name}"
 
 
-def shim(col: int | None = None) -> Endpoint:
+def shim(col: int | None = None, *, channel: int | None = None) -> Endpoint:
     """The runtime's end, through the shim tile of column `col` (placed if None)."""
-    return Endpoint("shim", tile=None if col is None else Tile(col, 0))
+    return Endpoint("shim", tile=None if col is None else Tile(col, 0), channel=channel)
 
 
-def memtile(link: str, *, depth: int | None = None, dims_from_stream=()) -> Endpoint:
+def memtile(
+    link: str, *, depth: int | None = None, dims_from_stream=(), channel: int | None = None
+) -> Endpoint:
     """The end held by memtile link `link`."""
-    return Endpoint("memtile", link, depth, dims_from_stream)
+    return Endpoint("memtile", link, depth, dims_from_stream, channel=channel)
 
 
-def core(worker: str, *, depth: int | None = None, dims_from_stream=()) -> Endpoint:
+def core(
+    worker: str, *, depth: int | None = None, dims_from_stream=(), channel: int | None = None
+) -> Endpoint:
     """The end held by worker `worker`."""
-    return Endpoint("core", worker, depth, dims_from_stream)
+    return Endpoint("core", worker, depth, dims_from_stream, channel=channel)
 
 
 @attrs.frozen
@@ -409,29 +546,30 @@ class ObjectFifo:
     one or more consumers (a broadcast). `dims_to_stream` is the order in
     which the producer's DMA reads an object; `repeat_count` sends each
     object that many times; `iter_count` stops a memtile fifo's DMA after
-    that many passes over its objects."""
+    that many passes over its objects. The pools each end gets are sized
+    from the depths as mlir-aie sizes them: one depth for every end lets a
+    core's pool be its largest acquire plus one (`iron.design.lower`)."""
 
     name: str
-    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    shape: tuple[int, ...] = attrs.field(converter=_shape, validator=_positive_shape)
     dtype: str = attrs.field(converter=_dtype)
     producer: Endpoint
     consumers: tuple[Endpoint, ...] = attrs.field(converter=tuple)
-    depth: int = 2
+    depth: int = attrs.field(default=2, converter=_as_int, validator=_int(1))
     dims_to_stream: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_dims)
-    repeat_count: int | None = None
-    iter_count: int | None = None
+    repeat_count: int | None = attrs.field(
+        default=None, converter=_as_int, validator=_int(1, optional=True)
+    )
+    iter_count: int | None = attrs.field(
+        default=None, converter=_as_int, validator=_int(1, optional=True)
+    )
 
     def __attrs_post_init__(self) -> None:
         where = f"fifo {self.name}"
-        if self.depth < 1:
-            raise DesignError(f"{where}: depth must be at least 1, got {self.depth}")
         if not self.consumers:
             raise DesignError(f"{where}: needs at least one consumer")
         if self.producer.dims_from_stream:
             raise DesignError(f"{where}: dims_from_stream belongs to consumers, not the producer")
-        for value, what in ((self.repeat_count, "repeat_count"), (self.iter_count, "iter_count")):
-            if value is not None and value < 1:
-                raise DesignError(f"{where}: {what} must be at least 1, got {value}")
         labels = [e.label for e in (self.producer, *self.consumers)]
         if len(set(labels)) != len(labels):
             raise DesignError(f"{where}: an endpoint appears twice ({', '.join(labels)})")
@@ -471,18 +609,20 @@ class ObjectFifo:
 class Link:
     """A memtile link: objects of the `sources` fifos become objects of the
     `destinations` fifos. One to one is a forward; one to many a split (each
-    destination takes its slice of the source object from its offset); many
-    to one a join (each source lands at its offset of the destination
-    object). Offsets count elements of the larger object.
+    destination takes its lane of the source object); many to one a join
+    (each source fills its lane of the destination object). Offsets count
+    elements of the larger object, rising in the order the fifos are listed.
 
-    As mlir-aie lowers it, the memtile fills (split) or empties (join) the
-    larger object one slice per small fifo, in the order listed, so the i-th
-    piece of the stream is the i-th small fifo's slice whatever the offsets;
-    offsets place the slices in the memtile's buffer.
+    As mlir-aie lowers it (`link_lanes`), lane i spans its offset up to the
+    next one (the last lane: to the end of the larger object), one BD per
+    lane, so a lane's span is a whole number of its fifo's objects: a gap
+    after a lane's object is more of its objects, and only elements before
+    the first offset are never moved.
 
-    A forward's destination objects may be smaller than its source's (they
-    divide them): the memtile sends each source object whole, in one BD,
-    and the consumers take it in destination objects.
+    A forward's objects are whole multiples of one another: the memtile pool
+    holds the larger ones and moves them whole on both channels, so smaller
+    destination objects split a source object, and larger ones gather
+    several source objects.
 
     A `programmed` forward is a pool the runtime drives: its memtile DMAs
     run no chain of their own. Each slot (source object) has its own
@@ -496,9 +636,9 @@ class Link:
     name: str
     sources: tuple[str, ...] = attrs.field(converter=tuple)
     destinations: tuple[str, ...] = attrs.field(converter=tuple)
-    offsets: tuple[int, ...] = attrs.field(default=(), converter=_ints)
+    offsets: tuple[int, ...] = attrs.field(default=(), converter=_as_ints, validator=_ints_each(0))
     tile: Tile | None = None
-    programmed: bool = False
+    programmed: bool = attrs.field(default=False, validator=_bool)
 
     def __attrs_post_init__(self) -> None:
         where = f"link {self.name}"
@@ -552,7 +692,7 @@ class Obj:
     """The `index`-th object of fifo `fifo` that the worker holds (oldest first)."""
 
     fifo: str
-    index: int = 0
+    index: int = attrs.field(default=0, converter=_as_int, validator=_int(0))
 
 
 @attrs.frozen
@@ -571,7 +711,7 @@ class LocalBuffer:
     core's image carries (mlir-aie's `aie.buffer ... = dense<v>`)."""
 
     name: str
-    shape: tuple[int, ...] = attrs.field(converter=_shape)
+    shape: tuple[int, ...] = attrs.field(converter=_shape, validator=_positive_shape)
     dtype: str = attrs.field(converter=_dtype)
     initial_value: int | float | None = attrs.field(default=None, kw_only=True)
 
@@ -611,7 +751,7 @@ class Acquire:
     """Hold `n` objects of `fifo` (cumulative: objects already held count)."""
 
     fifo: str
-    n: int = 1
+    n: int = attrs.field(default=1, converter=_as_int, validator=_int(1))
 
 
 @attrs.frozen
@@ -619,15 +759,46 @@ class Release:
     """Hand the `n` oldest held objects of `fifo` to the other side."""
 
     fifo: str
-    n: int = 1
+    n: int = attrs.field(default=1, converter=_as_int, validator=_int(1))
 
 
 @attrs.frozen
 class Call:
-    """Call `kernel` on acquired objects, core buffers, parameters and ints."""
+    """Call `kernel` on acquired objects, core buffers, parameters and ints:
+    one per argument, a buffer (Obj or Buf) for a Memref, an int (in the
+    scalar type's range) or a Param for a Scalar."""
 
     kernel: Kernel
-    args: tuple[CallArg, ...] = attrs.field(converter=tuple)
+    args: tuple[CallArg, ...] = attrs.field(converter=_as_ints)
+
+    def __attrs_post_init__(self) -> None:
+        symbol = self.kernel.symbol
+        if len(self.args) != len(self.kernel.args):
+            raise DesignError(
+                f"kernel {symbol} takes {len(self.kernel.args)} arguments, called with "
+                f"{len(self.args)}"
+            )
+        for position, (arg, want) in enumerate(zip(self.args, self.kernel.args)):
+            if isinstance(want, Memref) and not isinstance(arg, (Obj, Buf)):
+                raise DesignError(
+                    f"kernel {symbol} argument {position} is a buffer ({want}): an acquired "
+                    f"object (Obj) or a core buffer (Buf), got {arg!r}"
+                )
+            if isinstance(want, Scalar) and (
+                isinstance(arg, bool) or not isinstance(arg, (int, Param))
+            ):
+                raise DesignError(
+                    f"kernel {symbol} argument {position} is a scalar ({want.dtype}): an int or a "
+                    f"Param, got {arg!r}"
+                )
+            if isinstance(want, Scalar) and isinstance(arg, int):
+                low, high = element_type(want.dtype).value_range
+                require_int(f"kernel {self.kernel.symbol} argument {position}", arg, low, high)
+            if isinstance(want, Scalar) and isinstance(arg, Param) and want.dtype != "i32":
+                raise DesignError(
+                    f"kernel {self.kernel.symbol} argument {position}: parameter {arg.name} is "
+                    f"an i32 word, the kernel takes {want.dtype}"
+                )
 
 
 @attrs.frozen
@@ -636,18 +807,32 @@ class WaitBarrier:
     `wait_for_value`: an acquire-equal on the barrier's lock)."""
 
     barrier: str
-    value: int = 1
+    value: int = attrs.field(default=1, converter=_as_int, validator=_int(0))
+
+
+@attrs.frozen
+class ReleaseBarrier:
+    """Add `value` to this worker's lock of `barrier` (mlir-aie's
+    `release_with_value`: a Release on the barrier's lock), telling the
+    runtime (or the next `WaitBarrier`) how far the worker has come."""
+
+    barrier: str
+    value: int = attrs.field(default=1, converter=_as_int, validator=_int(1))
 
 
 @attrs.frozen
 class Loop:
     """Run `body` `count` times; `count` may be a runtime `Param`."""
 
-    count: int | Param
+    count: int | Param = attrs.field(converter=_as_int)
     body: tuple[Op, ...] = attrs.field(converter=tuple)
 
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.count, Param):  # scf.for bounds are `index`
+            require_int("loop count", self.count, 0, INDEX_MAX)
 
-Op = Acquire | Release | Call | WaitBarrier | Loop
+
+Op = Acquire | Release | Call | WaitBarrier | ReleaseBarrier | Loop
 
 
 def walk(body) -> list:
@@ -669,9 +854,11 @@ class Worker:
     name: str
     body: tuple[Op, ...] = attrs.field(converter=tuple)
     tile: Tile | None = None
-    stack_size: int | None = None
+    stack_size: int | None = attrs.field(
+        default=None, converter=_as_int, validator=_int(0, optional=True)
+    )
     buffers: tuple[LocalBuffer, ...] = attrs.field(default=(), converter=tuple)
-    forever: bool = True
+    forever: bool = attrs.field(default=True, validator=_bool)
 
     def calls(self) -> list[Call]:
         return [op for op in walk(self.body) if isinstance(op, Call)]
@@ -691,7 +878,7 @@ class Fill:
     fifo: str
     tensor: str
     tap: TAP | None = None
-    wait: bool = False
+    wait: bool = attrs.field(default=False, validator=_bool)
     group: str = "default"
     offset_param: str | None = None
 
@@ -704,7 +891,7 @@ class Drain:
     fifo: str
     tensor: str
     tap: TAP | None = None
-    wait: bool = True
+    wait: bool = attrs.field(default=True, validator=_bool)
     group: str = "default"
     offset_param: str | None = None
 
@@ -722,7 +909,7 @@ class SetBarrier:
     """Set worker barrier `barrier` to `value`."""
 
     barrier: str
-    value: int = 1
+    value: int = attrs.field(default=1, converter=_as_int, validator=_int(0))
 
 
 @attrs.frozen
@@ -731,9 +918,9 @@ class SlotBd:
     acquires the slot's producer lock by `acquire` and releases its consumer
     lock by `release`; a drain BD the other way round."""
 
-    slot: int
-    acquire: int = 1
-    release: int = 1
+    slot: int = attrs.field(converter=_as_int, validator=_int(0))
+    acquire: int = attrs.field(default=1, converter=_as_int, validator=_int(I32_MIN))
+    release: int = attrs.field(default=1, converter=_as_int, validator=_int(I32_MIN))
 
 
 @attrs.frozen
@@ -746,9 +933,10 @@ class PoolTask:
     awaited through the tasks that depend on it)."""
 
     link: str
-    fill: bool
+    fill: bool = attrs.field(validator=_bool)
     bds: tuple[SlotBd, ...] = attrs.field(converter=tuple)
-    repeat_count: int = 1
+    # the task's repeat_count attribute is repeats - 1, an i32
+    repeat_count: int = attrs.field(default=1, converter=_as_int, validator=_int(1, I32_MAX + 1))
     group: str = "default"
 
 
@@ -759,8 +947,8 @@ class SetLock:
     whatever the previous call left there."""
 
     link: str
-    slot: int
-    value: int
+    slot: int = attrs.field(converter=_as_int, validator=_int(0))
+    value: int = attrs.field(converter=_as_int, validator=_int(I32_MIN))
 
 
 Statement = Fill | Drain | Finish | SetBarrier | PoolTask | SetLock
@@ -829,7 +1017,9 @@ def _find(design: Design, what: str, items, name: str):
 
 def canonical(value) -> str:
     """Stable text of a design value: attrs classes by field, callables by
-    module and name, devices by every field."""
+    module and name, devices by every field. A field added after designs were
+    first digested (metadata `omitted_at_default`) is left out at its default,
+    so that adding it moved no digest."""
     if isinstance(value, (bool, int, str, float)) or value is None:
         return repr(value)
     if isinstance(value, np.generic):
@@ -840,7 +1030,9 @@ def canonical(value) -> str:
         return "(" + ", ".join(canonical(v) for v in value) + ")"
     if attrs.has(type(value)):
         fields = ", ".join(
-            f"{f.name}={canonical(getattr(value, f.name))}" for f in attrs.fields(type(value))
+            f"{f.name}={canonical(getattr(value, f.name))}"
+            for f in attrs.fields(type(value))
+            if not (f.metadata.get("omitted_at_default") and getattr(value, f.name) == f.default)
         )
         return f"{type(value).__name__}({fields})"
     if callable(value):
@@ -852,8 +1044,8 @@ def canonical(value) -> str:
 
 
 def _unique(design: Design, what: str, names) -> None:
-    names = list(names)
-    twice = sorted({n for n in names if names.count(n) > 1})
+    counts = collections.Counter(names)
+    twice = sorted(n for n, times in counts.items() if times > 1)
     if twice:
         raise DesignError(f"design {design.name}: {what} names repeat: {', '.join(twice)}")
 
@@ -911,22 +1103,15 @@ def _check_structure(design: Design) -> None:
             raise DesignError(
                 f"{where}: fifos of one link share an element type, got {sorted(types)}"
             )
-        small = link.destinations if link.kind == "split" else link.sources
-        big = fifos[link.sources[0] if link.kind == "split" else link.destinations[0]]
-        for fifo_name, offset in zip(small, link_offsets(design, link)):
-            if link.kind != "forward" and (offset < 0 or offset + fifos[fifo_name].size > big.size):
+        if link.kind == "forward":
+            sizes = sorted((fifos[f].size for f in link.fifos), reverse=True)
+            if sizes[0] % sizes[1]:
                 raise DesignError(
-                    f"{where}: fifo {fifo_name} at offset {offset} ({fifos[fifo_name].size} elements) "
-                    f"runs past the {big.size}-element object of {big.name}"
+                    f"{where}: a forward's objects are whole multiples of one another (the "
+                    f"memtile moves the larger ones whole): {sizes[1]} does not divide {sizes[0]}"
                 )
-        if (
-            link.kind == "forward"
-            and fifos[link.sources[0]].size % fifos[link.destinations[0]].size
-        ):
-            raise DesignError(
-                f"{where}: a forward's destination objects divide its source's "
-                f"({fifos[link.destinations[0]].size} does not divide {fifos[link.sources[0]].size})"
-            )
+        else:
+            _check_lanes(design, link, fifos)
         if link.programmed and (
             fifos[link.sources[0]].consumer("memtile", link.name).dims_from_stream
             or fifos[link.destinations[0]].dims_to_stream
@@ -960,10 +1145,11 @@ def _check_structure(design: Design) -> None:
             elif isinstance(op, Loop):
                 if isinstance(op.count, Param):
                     _known_param(design, where, op.count)
-                elif op.count < 0:
-                    raise DesignError(f"{where}: a loop count is at least 0, got {op.count}")
-            elif isinstance(op, WaitBarrier) and op.barrier not in design.barriers:
-                raise DesignError(f"{where}: waits on undeclared barrier {op.barrier!r}")
+            elif (
+                isinstance(op, (WaitBarrier, ReleaseBarrier)) and op.barrier not in design.barriers
+            ):
+                verb = "waits on" if isinstance(op, WaitBarrier) else "releases"
+                raise DesignError(f"{where}: {verb} undeclared barrier {op.barrier!r}")
             elif isinstance(op, Call):
                 for arg in op.args:
                     if isinstance(arg, Obj) and (
@@ -979,10 +1165,6 @@ def _check_structure(design: Design) -> None:
                         )
                     if isinstance(arg, Param):
                         _known_param(design, where, arg)
-                    if not isinstance(arg, (Obj, Buf, Param, int)) or isinstance(arg, bool):
-                        raise DesignError(
-                            f"{where}: {op.kernel.symbol} argument {arg!r} is not an Obj, Buf, Param or int"
-                        )
 
     for index, statement in enumerate(design.sequence):
         where = f"design {name}: sequence[{index}]"
@@ -1043,6 +1225,37 @@ def link_offsets(design: Design, link: Link) -> tuple[int, ...]:
     small = link.destinations if link.kind == "split" else link.sources
     sizes = [design.fifo(f).size for f in small]
     return tuple(int(o) for o in np.cumsum([0, *sizes[:-1]]))
+
+
+def link_lanes(design: Design, link: Link) -> tuple[tuple[str, int, int], ...]:
+    """(small fifo, offset, span) of each lane of a split or join, in the
+    order listed. As mlir-aie lowers a link, lane i moves its offset up to
+    the next lane's (the last lane: up to the end of the big object):
+    `ObjectFifoLinkOp::getDistributeTransferLengths` / `getJoinTransferLengths`
+    in lib/Dialect/AIE/IR/AIEDialect.cpp. So a gap after a lane's objects is
+    not skipped: its elements travel with that lane, as further objects of its
+    fifo; only elements before the first offset are never moved."""
+    small = link.destinations if link.kind == "split" else link.sources
+    big = design.fifo(link.sources[0] if link.kind == "split" else link.destinations[0])
+    offsets = link_offsets(design, link)
+    ends = (*offsets[1:], big.size)
+    return tuple((f, o, e - o) for f, o, e in zip(small, offsets, ends))
+
+
+def _check_lanes(design: Design, link: Link, fifos) -> None:
+    """Each lane spans a whole number (at least one) of its fifo's objects:
+    a span shorter than an object (offsets that overlap, or fall) would have
+    one object filled from two big objects."""
+    big = fifos[link.sources[0] if link.kind == "split" else link.destinations[0]]
+    for fifo_name, offset, span in link_lanes(design, link):
+        size = fifos[fifo_name].size
+        if offset >= big.size or span < size or span % size:
+            raise DesignError(
+                f"design {design.name}: link {link.name}: fifo {fifo_name} at offset {offset} "
+                f"spans {span} elements up to the next offset (the last lane: to the end of "
+                f"{big.name}'s {big.size}-element object), not a whole number of its "
+                f"{size}-element objects; mlir-aie moves each lane from its offset to the next"
+            )
 
 
 def _known_param(design: Design, where: str, param: Param) -> None:

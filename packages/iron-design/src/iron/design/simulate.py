@@ -1,118 +1,105 @@
 """The functional simulator: a design run on numpy, deterministically.
 
-`simulate(design, tensors, params)` places the design, builds the machine
-mlir-aie's ObjectFifo lowering (AIEObjectFifoStatefulTransform) would
-build, runs it until nothing can move, and returns every runtime tensor's
-final contents with the bytes each tensor and tile moved. The model:
+`simulate(design, tensors, params)` lowers the design (`iron.design.lower`)
+and builds its machine from the lowered form, so its pools, locks, channels
+and BD chains are the ones `check` counted and `to_mlir` printed; it runs
+the machine until nothing can move, and returns every runtime tensor's final
+contents with the bytes each tensor and tile moved. The model:
 
-Buffer pools. A fifo end on a core is a pool of `depth` slots on the
-worker's tile (that end's depth). A memtile link owns one pool on its tile
-holding the larger objects (a join's destination, a split's or forward's
-source) in the depth of that fifo's memtile end; in a split or join each
-small fifo owns its slice of every slot, with its own pair of locks (the
-lowering's `joinDistribFactor` lock pairs). A fifo between cardinal
-neighbour cores with one consumer, no dimensions and no repeat is one pool
-that both workers share, and no DMA moves it (`requiresDMAs`,
-`isLegalMemAffinity`). Shim ends hold no pool: the runtime's tensors are
-the memory. Pools and worker buffers start as garbage (NaN for
-bf16 and f32, 0x5A bytes otherwise), as uncleared device memory does.
+Pools and locks. Every pool of the lowered configuration, with its slots on
+their tiles and its locks at their initial values: a producer lock per lane
+(free slots, times a producer's repeat count) and a consumer lock (full
+slots). Slots and worker buffers start as garbage (NaN for bf16 and f32,
+0x5A bytes otherwise), as uncleared device memory does. Acquiring n waits
+until the lock holds n and takes them at once (AcquireGreaterEqual);
+releasing adds. A lock driven above `max_lock_value` is a `LockError`.
 
-Locks. Each pool part has a producer lock (free slots, starts at depth) and
-a consumer lock (full slots, starts at 0): acquiring n waits until the lock
-holds n and takes them at once (AcquireGreaterEqual); releasing adds.
+Workers run their lowered body as coroutines. `Acquire(fifo, n)` is
+cumulative: objects already held count, only the missing ones are waited for
+(each worth the end's lock counts: a repeated producer's object is sent that
+many times); held objects are in ring order, oldest first (`Obj(fifo, i)`).
+`Release(fifo, n)` hands back the n oldest. A `Call` runs the kernel's numpy
+model on writable views of the held objects (shaped as the fifo's object),
+the worker's `LocalBuffer` arrays (kept across iterations), and ints for
+scalars and parameters. `WaitBarrier` waits until the worker's lock of the
+barrier holds its value (an acquire-equal, as mlir-aie lowers
+`wait_for_value`); `ReleaseBarrier` adds to it. A `forever` worker repeats
+its body; one whose iteration took no lock can only repeat it, so it parks.
 
-Workers run their body as coroutines. `Acquire(fifo, n)` is cumulative:
-objects already held count, only the missing ones are waited for; held
-objects are in ring order, oldest first (`Obj(fifo, i)`). `Release(fifo,
-n)` hands back the n oldest. A `Call` runs the kernel's numpy model on
-writable views of the held objects (shaped as the fifo's object), the
-worker's `LocalBuffer` arrays (kept across iterations), and ints for
-scalars and parameters. `WaitBarrier` waits until the runtime has set the
-barrier to its value (an acquire-equal, as mlir-aie lowers it). A `forever` worker repeats its body; one
-whose iteration took no lock can only repeat it, so it parks.
-
-DMA channels walk their pool's slots in ring order, one buffer descriptor
-(BD) per object, or per slice on the large side of a split or join. A
-sending (MM2S) BD takes the consumer lock, reads the slot in
-`dims_to_stream` order, sends it `repeat_count` times and gives the
-producer lock back; a receiving (S2MM) BD takes the producer lock, places
-the stream's elements through the consumer's `dims_from_stream` and gives
-the consumer lock. A memtile channel of a fifo with `iter_count` stops
-after that many passes over its chain of BDs (mlir-aie's BD-chain task
-count); other channels cycle forever. Dimensions address from the BD's
-offset (a slice's offset in a split or join).
-
-A programmed pool (`Link.programmed`) has a lock pair per slot, both
-starting at 0, and its two memtile channels run only what the runtime
-pushes: each `PoolTask` queues its chain of slot BDs `repeat_count` times
-on its channel, and each BD acquires its slot's lock by its `acquire`
-value, moves the slot whole and releases the other lock by its `release`
-value (a lock driven above `max_lock_value` is a `LockError`). `SetLock`
-sets a slot's producer lock.
+DMA channels run their lowered BD chains, round and round (or `iterations`
+times): a BD takes its lane's lock on its side by its count, moves its
+elements of its slot (through its dimensions, from its offset) and gives the
+other lock. Shim channels run the runtime's tasks in push order, one BD
+each, walking the task's TAP a piece at a time with numpy index arithmetic
+(never a Python step per element, nor an index array of the whole task); a
+programmed pool's channels run the slot BDs the runtime pushed.
 
 Streams. A fifo's elements leave its producer's channel and reach every
-consumer's channel in lockstep: they move only when every consumer has a
-BD ready, as many as the smallest of them can take, so a broadcast waits
-for its slowest consumer. Nothing is buffered between BDs.
+consumer's channel in lockstep: they move only when every consumer has a BD
+ready, as many as the smallest of them can take, so a broadcast waits for
+its slowest consumer. Nothing is buffered between BDs.
 
-The runtime sequence issues `Fill` and `Drain` tasks onto the shim channel
-of their fifo, which runs them in order, one BD each: a fill sends the
-tensor's elements in its TAP's visit order (gathered with numpy index
-arithmetic); a drain scatters what it receives through its TAP. `Finish`
-waits for the group's waited tasks, then frees the group; groups left open
-finish at the end, in the order they began. `SetBarrier` sets a barrier.
+The runtime sequence runs the lowered ops in order: a start queues a task or
+push on its channel; an await waits for the channel's next completion token
+(tokens come in push order, one per finished task that issues one); a set
+sets locks. Scheduling is round robin over the sequence, the streams and the
+workers, each moving as far as it can, until nothing moves.
 
-Scheduling is round robin over the sequence, the streams and the workers,
-each moving as far as it can, until nothing moves. The run has finished
-when the sequence is done, every task complete, no channel holds part of a
-transfer, no object waits in a pool, and every worker is done or idle (a
-`forever` worker at the top of its body, holding nothing). Anything else
-is a `DeadlockError` listing every blocked actor with the lock it waits on.
+The run has finished when the sequence has run every op, every task and
+push is complete, and every worker that runs once has returned. A `forever`
+worker left waiting is at rest, not stuck: it waits for the next call. Else
+it is a `DeadlockError` listing what waits forever first, then every other
+blocked actor with the lock it waits on.
 
 Before running, every task's TAP and every BD's dimensions are checked
-against their buffer (`OutOfBoundsError`) and against whole objects
-(`TransferError`); after, each OUT tensor must have been written exactly
-once everywhere and each INOUT tensor at most once (`CoverageError`).
+against their buffer (`OutOfBoundsError`), against whole objects and the
+shim's iteration count (`TransferError`), and every push against its queue
+(`QueueError`); after, each OUT tensor must have been written exactly once
+everywhere and each INOUT tensor at most once (`CoverageError`).
 """
 
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Mapping
 
 import attrs
 import numpy as np
 
 from iron.core.spec import Direction
+from iron.design.lower import (
+    MM2S,
+    Await,
+    Bd,
+    Core,
+    CoreOp,
+    Lowered,
+    Push,
+    SetLocks,
+    Start,
+    Task,
+    lower,
+    transfer_unit,
+)
 from iron.design.model import (
     TAP,
     Acquire,
     Buf,
     Call,
     Design,
-    Drain,
     ElementType,
     Fill,
-    Finish,
-    Link,
     Loop,
     Obj,
-    ObjectFifo,
     Param,
-    PoolTask,
     Release,
-    SetBarrier,
-    SetLock,
+    ReleaseBarrier,
     Tile,
     WaitBarrier,
-    Worker,
     element_type,
-    link_offsets,
     require_design,
-    walk,
 )
-from iron.design.place import place
-from iron.design.usage import shared_memory_tile
 
 # ---- errors ------------------------------------------------------------------------------
 
@@ -143,8 +130,14 @@ class CoverageError(SimulationError):
 
 
 class TransferError(SimulationError):
-    """A transfer that is not a whole number of objects, or dimensions that
-    do not cover the buffer descriptor they order."""
+    """A transfer that is not a whole number of objects, a pattern the shim
+    cannot repeat that often, or dimensions that do not cover the buffer
+    descriptor they order."""
+
+
+class QueueError(SimulationError):
+    """A task pushed onto a channel whose queue may be full, with no earlier
+    task on it that the sequence can wait for: on hardware it may be lost."""
 
 
 class WorkerError(SimulationError):
@@ -152,15 +145,14 @@ class WorkerError(SimulationError):
 
 
 class KernelError(WorkerError):
-    """A kernel call with the wrong number of arguments, or whose model raised."""
+    """A kernel call whose model raised."""
 
 
 @attrs.frozen
 class Blocked:
     """One blocked actor of a deadlock: what it waits on and, for a lock, how
-    many it needs against what the lock has. `idle` marks an actor that
-    would be at rest if the others had finished (a forever worker waiting
-    at the top of its body with nothing held)."""
+    many it needs against what the lock has. `idle` marks an actor at rest
+    (a forever worker waiting for more, a channel waiting for room)."""
 
     actor: str
     waits: str
@@ -229,9 +221,12 @@ def simulate(design: Design, tensors: Mapping[str, np.ndarray], params=None) -> 
     `ValueError` for tensors or parameters that do not fit the design.
     """
     require_design("simulate", design)
-    machine = _Machine(place(design), _arrays(design, tensors), _params(design, params))
+    lowered = lower(design)
+    params = _params(design, params)
+    tasks = _tasks(lowered, params)  # refuses a bad pattern before anything is allocated
+    machine = _Machine(lowered, _arrays(design, tensors), params, tasks)
     machine.run()
-    return Simulation(machine.design, machine.arrays, machine.traffic())
+    return Simulation(lowered.design, machine.arrays, machine.traffic())
 
 
 def _arrays(design: Design, given: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -283,17 +278,160 @@ def _params(design: Design, given) -> dict[str, int]:
     return {k: int(v) for k, v in given.items()}
 
 
-# ---- locks, pools, ports ---------------------------------------------------------------
+# ---- access patterns, a piece at a time ------------------------------------------------
+
+
+class Walk:
+    """The elements a TAP visits, in visit order, given a piece at a time:
+    `indices(start, stop)` is the flat offsets of visits start..stop-1 (a
+    slice when the pattern is a plain row-major scan). A walk of up to
+    `WHOLE` visits is computed once; a longer one a piece at a time, so no
+    pattern costs more memory than the pieces the streams move."""
+
+    WHOLE = 1 << 22
+
+    def __init__(self, tap: TAP, offset: int = 0):
+        self.offset = tap.offset + offset
+        dims = [(s, t) for s, t in zip(tap.sizes, tap.strides) if s > 1]
+        self.sizes = [s for s, _ in dims]
+        self.strides = [t for _, t in dims]
+        self.count = math.prod(tap.sizes)
+        inner, scan = 1, True
+        for size, stride in reversed(dims):
+            scan = scan and stride == inner
+            inner *= size
+        self.scan = scan
+        self.spans = [math.prod(self.sizes[i + 1 :]) for i in range(len(self.sizes))]
+        self.whole = None
+        if not scan and self.count <= self.WHOLE:
+            self.whole = self._compute(0, self.count)
+
+    def indices(self, start: int, stop: int):
+        if self.scan:
+            return slice(self.offset + start, self.offset + stop)
+        if self.whole is not None:
+            return self.whole[start:stop]
+        return self._compute(start, stop)
+
+    def _compute(self, start: int, stop: int) -> np.ndarray:
+        position = np.arange(start, stop, dtype=np.int64)
+        index = np.full(stop - start, self.offset, dtype=np.int64)
+        for size, stride, span in zip(self.sizes, self.strides, self.spans):
+            index += (position // span % size) * stride
+        return index
+
+    def reach(self) -> tuple[int, int, int, int]:
+        """(lowest, its visit, highest, its visit): the extreme elements
+        visited, and when, without visiting them all."""
+        low = high = self.offset
+        low_at = high_at = 0
+        for size, stride, span in zip(self.sizes, self.strides, self.spans):
+            if stride < 0:
+                low += (size - 1) * stride
+                low_at += (size - 1) * span
+            else:
+                high += (size - 1) * stride
+                high_at += (size - 1) * span
+        return low, low_at, high, high_at
+
+
+def _check_bounds(where: str, walk: Walk, extent: int, what: str) -> None:
+    """Refuse a walk that leaves 0..extent-1, naming its first step out
+    (found a piece at a time, only once its reach shows there is one)."""
+    low, _, high, _ = walk.reach()
+    if low >= 0 and high < extent:
+        return
+    piece = 1 << 20
+    for start in range(0, walk.count, piece):
+        index = walk.indices(start, min(start + piece, walk.count))
+        if isinstance(index, slice):
+            index = np.arange(index.start, index.stop)
+        bad = (index < 0) | (index >= extent)
+        if bad.any():
+            step = int(np.argmax(bad))
+            raise OutOfBoundsError(
+                f"{where} reaches element {index[step]} at step {start + step} of {walk.count}; "
+                f"{what} has elements 0..{extent - 1}"
+            )
+
+
+def _tasks(lowered: Lowered, params) -> dict[int, SimTask]:
+    """Each runtime task's walk over its tensor, checked before the run."""
+    design = lowered.design
+    device = design.device
+    for overflow in lowered.runtime.overflows:
+        item = lowered.runtime.task(overflow.index)
+        raise QueueError(
+            f"design {design.name}: sequence[{overflow.index}] ({item.subject}) is task "
+            f"{overflow.queued} on a channel that queues {device.task_queue_depth}, and none "
+            "before it there issues a token the sequence could wait for; on hardware the push "
+            "may be lost"
+        )
+    tasks = {}
+    for task in lowered.runtime.tasks:
+        statement = task.statement
+        fills = isinstance(statement, Fill)
+        fifo, tensor = design.fifo(statement.fifo), design.tensor(statement.tensor)
+        if fifo.dims_to_stream if fills else fifo.consumer("shim").dims_from_stream:
+            raise TransferError(
+                f"design {design.name}: fifo {fifo.name} has dimensions at its runtime "
+                "end; the task's TAP orders a shim transfer"
+            )
+        label = (
+            f"sequence[{task.index}] fill of fifo {fifo.name} from {tensor.name}"
+            if fills
+            else f"sequence[{task.index}] drain of fifo {fifo.name} into {tensor.name}"
+        )
+        tap = statement.tap or TAP.linear(tensor.size)
+        if task.tap.sizes[0] > device.shim_max_iterations:
+            raise TransferError(
+                f"design {design.name}: {label}: TAP {tap} repeats its BD {task.tap.sizes[0]} "
+                f"times; a shim BD iterates at most {device.shim_max_iterations}"
+            )
+        offset = 0
+        if statement.offset_param is not None:
+            name = statement.offset_param
+            offset = _runtime_offset(design, label, name, params[name], tensor)
+            label += f" at {name}={offset}"
+        walk = Walk(tap, offset)
+        _check_bounds(
+            f"design {design.name}: {label}: TAP {tap}", walk, tensor.size, f"tensor {tensor.name}"
+        )
+        unit = transfer_unit(lowered, task)
+        if walk.count % unit:
+            raise TransferError(
+                f"design {design.name}: {label}: TAP {tap} moves {walk.count} elements, "
+                f"not a whole number of {unit}-element objects "
+                f"({walk.count // unit} and {walk.count % unit} left over)"
+            )
+        tasks[task.index] = SimTask(label, task, walk)
+    return tasks
+
+
+def _runtime_offset(design: Design, label: str, param: str, offset: int, tensor) -> int:
+    """The parameter's value, which the shim adds to the BD's address: in
+    whole 4-byte words, since mlir-aie's DMA-to-NPU lowering rounds a
+    misaligned parameter down to the word, with only a compile warning."""
+    nbytes = element_type(tensor.dtype).nbytes
+    if offset * nbytes % 4:
+        raise TransferError(
+            f"design {design.name}: {label}: {param}={offset} elements is {offset * nbytes} B, "
+            "not a whole number of 4-byte words"
+        )
+    return offset
+
+
+# ---- locks and pools ---------------------------------------------------------------------
 
 
 class Lock:
-    """A counting semaphore guarding one side of a pool part."""
+    """A counting semaphore: one lock of the configuration."""
 
-    def __init__(self, fifo: str, kind: str, where: str, value: int):
-        self.fifo, self.kind, self.where, self.value = fifo, kind, where, value
+    def __init__(self, label: str, fifo: str | None, kind: str, value: int):
+        self.label, self.fifo, self.kind, self.value = label, fifo, kind, value
 
     def __str__(self) -> str:
-        return f"the {self.kind} lock of fifo {self.fifo} at {self.where}"
+        return self.label
 
 
 def _garbage(shape: tuple[int, ...], kind: ElementType) -> np.ndarray:
@@ -307,40 +445,12 @@ def _garbage(shape: tuple[int, ...], kind: ElementType) -> np.ndarray:
 
 
 class Pool:
-    """`depth` slots of one object shape on one tile, cut into parts."""
+    """A lowered pool's slots, with where it is (for messages)."""
 
-    def __init__(self, where: str, tile: Tile, depth: int, fifo: ObjectFifo, parts):
-        self.where, self.tile, self.depth = where, tile, depth
-        self.slots = _garbage((depth, *fifo.shape), fifo.element)
-        self.flat = self.slots.reshape(depth, -1)
-        self.parts = [Part(self, *part) for part in parts]
-        self.slot_locks: list[tuple[Lock, Lock]] = []  # a programmed pool's, per slot
-
-
-class Part:
-    """The slice [offset, offset + size) of every slot of a pool, with its
-    producer lock (free slots) and consumer lock (full slots)."""
-
-    def __init__(self, pool: Pool, fifo: str, offset: int, size: int):
-        self.pool, self.fifo, self.offset, self.size = pool, fifo, offset, size
-        self.free = Lock(fifo, "producer", pool.where, pool.depth)
-        self.full = Lock(fifo, "consumer", pool.where, 0)
-
-
-class Port:
-    """One side of a part: the producer side takes free slots and hands them
-    back full, the consumer side the reverse; both walk the ring in order."""
-
-    def __init__(self, part: Part, producer: bool):
-        self.pool = part.pool
-        self.take, self.give = (part.free, part.full) if producer else (part.full, part.free)
-        self.next = 0
-
-    def acquire(self, n: int) -> list[int]:
-        self.take.value -= n
-        slots = [(self.next + i) % self.pool.depth for i in range(n)]
-        self.next = (self.next + n) % self.pool.depth
-        return slots
+    def __init__(self, where: str, pool):
+        self.where, self.depth, self.lowered = where, pool.depth, pool
+        self.slots = _garbage((pool.depth, *pool.shape), element_type(pool.dtype))
+        self.flat = self.slots.reshape(pool.depth, -1)
 
 
 # ---- channels and streams ------------------------------------------------------------------
@@ -350,180 +460,334 @@ READ, WRITTEN = 0, 1  # slots of a [read, written] byte count
 
 
 class Channel:
-    """A DMA channel: a chain of BDs, one transfer at a time. A sending
-    channel exposes `data` (what its BD sends) and `sent`; a receiving one
-    `buffer` (where its BD lands) and `got`."""
+    """A DMA channel, one BD at a time. A sending channel offers
+    `available()` elements of its BD and gives them with `read(k)`; a
+    receiving one has `room()` and takes them with `write(chunk)`."""
 
-    def __init__(self, label: str, nbytes: int, traffic: list[int]):
-        self.label, self.nbytes, self.traffic = label, nbytes, traffic
-        self.data = self.buffer = None
-        self.sent = self.got = 0
+    def __init__(self, label: str, nbytes: int, traffic: list[int], sends: bool):
+        self.label, self.nbytes, self.traffic, self.sends = label, nbytes, traffic, sends
 
     def count(self, elements: int, slot: int) -> None:
         self.traffic[slot] += elements * self.nbytes
 
+    def holding(self) -> bool:
+        """Whether a BD runs (looked at, not started: for reports)."""
+        raise NotImplementedError
 
-class PoolChannel(Channel):
-    """A tile DMA channel on a pool: `chain` is its BDs, (port, element index
-    within a slot) each; `limit` bounds how many run (iter_count)."""
 
-    def __init__(self, label, nbytes, traffic, chain, sends, repeat, limit):
-        super().__init__(label, nbytes, traffic)
-        self.chain, self.sends, self.repeat, self.limit = chain, sends, repeat, limit
+class ChainChannel(Channel):
+    """A tile channel running its lowered BD chain."""
+
+    def __init__(self, machine: _Machine, label, nbytes, traffic, sends, channel, pool: Pool):
+        super().__init__(label, nbytes, traffic, sends)
+        self.machine, self.pool = machine, pool
+        lanes = pool.lowered.lanes
+        self.bds = []
+        for bd in channel.chain:
+            lane = lanes[bd.lane]
+            take, give = (lane.consumer, lane.producer) if sends else (lane.producer, lane.consumer)
+            index = machine.bd_index(label, bd, pool)
+            self.bds.append((bd, machine.locks[take], machine.locks[give], index))
+        self.limit = None if channel.iterations is None else channel.iterations * len(self.bds)
         self.done = 0  # BDs completed
-        self.port = self.slot = None
-        self.left = 0  # sends left of the current BD
+        self.current = None  # (bd, take, give, index) while a BD runs
+        self.moved = 0
+        self.buffer = None  # what a receiving BD with dimensions gathers
 
-    def arm(self) -> bool:
-        """Start the next BD if none runs; True when one runs."""
-        if self.data is not None or self.buffer is not None:
-            return True
-        bd = self._next_bd()
-        if bd is None or bd[0].take.value < 1:
-            return False
-        port, index = bd
-        self.port, (self.slot,) = port, port.acquire(1)
-        row = port.pool.flat[self.slot]
-        if self.sends:
-            self.data, self.sent, self.left = row[index], 0, self.repeat
-        elif isinstance(index, slice):  # lands in place
-            self.buffer, self.got = row[index], 0
-        else:
-            self.buffer, self.got = np.empty(len(index), row.dtype), 0
-        return True
-
-    def _next_bd(self):
+    def _next(self):
         if self.limit is not None and self.done == self.limit:
             return None
-        return self.chain[self.done % len(self.chain)]
+        return self.bds[self.done % len(self.bds)]
 
-    def sent_all(self) -> None:
-        self.left -= 1
-        if self.left:
-            self.sent = 0
+    def arm(self) -> bool:
+        if self.current is not None:
+            return True
+        bd = self._next()
+        if bd is None or bd[1].value < bd[0].acquire:
+            return False
+        bd[1].value -= bd[0].acquire
+        self.current, self.moved = bd, 0
+        if not self.sends and not isinstance(bd[3], slice):
+            self.buffer = np.empty(bd[0].length, self.pool.flat.dtype)
+        return True
+
+    def available(self) -> int:
+        return self.current[0].length - self.moved if self.arm() else 0
+
+    room = available
+
+    def read(self, k: int) -> np.ndarray:
+        row = self.pool.flat[self.current[0].slot]
+        index = self.current[3]
+        if isinstance(index, slice):
+            chunk = row[index.start + self.moved : index.start + self.moved + k]
+        else:
+            chunk = row[index[self.moved : self.moved + k]]
+        self._advance(k, READ)
+        return chunk
+
+    def write(self, chunk: np.ndarray) -> None:
+        k, index = len(chunk), self.current[3]
+        if isinstance(index, slice):
+            row = self.pool.flat[self.current[0].slot]
+            row[index.start + self.moved : index.start + self.moved + k] = chunk
+        else:
+            self.buffer[self.moved : self.moved + k] = chunk
+        self._advance(k, WRITTEN)
+
+    def _advance(self, k: int, slot: int) -> None:
+        self.moved += k
+        self.count(k, slot)
+        bd, _, give, index = self.current
+        if self.moved < bd.length:
             return
-        self.data = None
-        self._finish()
-
-    def received(self) -> None:
-        index = self._next_bd()[1]
-        if not isinstance(index, slice):
-            self.port.pool.flat[self.slot][index] = self.buffer
-        self.buffer = None
-        self._finish()
-
-    def _finish(self) -> None:
-        self.port.give.value += 1
+        if self.buffer is not None:  # dimensions place the stream's elements
+            self.pool.flat[bd.slot][index] = self.buffer
+            self.buffer = None
+        self.current = None
         self.done += 1
+        self.machine.release(give, bd.release, self.label)
+
+    def holding(self) -> bool:
+        return self.current is not None
 
     def waiting(self) -> Lock | None:
-        """The lock an idle channel waits on, if it has BDs left."""
-        if self.data is not None or self.buffer is not None:
+        """The lock an idle channel with BDs left waits on."""
+        if self.current is not None:
             return None
-        bd = self._next_bd()
-        return None if bd is None else bd[0].take
+        bd = self._next()
+        return None if bd is None else bd[1]
+
+    def stuck(self) -> str | None:
+        """What a channel holding a BD has done: a sending one from the
+        moment it took its lock, a receiving one once data came."""
+        if self.current is None or (self.moved == 0 and not self.sends):
+            return None
+        verb = "sent" if self.sends else "received"
+        return f"{verb} {self.moved} of {self.current[0].length} elements of its BD"
 
 
-class Task:
-    """A fill or drain of the runtime sequence: one shim BD through `index`."""
+class SimTask:
+    """A fill or drain: one shim BD walking its TAP over its tensor."""
 
-    def __init__(self, label: str, statement, array: np.ndarray, index: np.ndarray):
-        self.label, self.statement, self.array, self.index = label, statement, array, index
+    def __init__(self, label: str, task: Task, walk: Walk):
+        self.label, self.task, self.walk = label, task, walk
+        self.statement = task.statement
         self.moved = 0
         self.complete = False
 
 
 class ShimChannel(Channel):
-    """A shim DMA channel running the runtime's tasks on one fifo, in order."""
+    """A shim DMA channel running the runtime's tasks, in push order. A
+    finished task that issues a token leaves it for an await to take."""
 
-    def __init__(self, label, nbytes, traffic, sends, tensor_traffic):
-        super().__init__(label, nbytes, traffic)
-        self.sends, self.tensor_traffic = sends, tensor_traffic
-        self.queue: collections.deque[Task] = collections.deque()
-        self.task: Task | None = None
+    def __init__(self, machine: _Machine, label, nbytes, traffic, sends):
+        super().__init__(label, nbytes, traffic, sends)
+        self.machine = machine
+        self.queue: collections.deque[SimTask] = collections.deque()
+        self.task: SimTask | None = None
+        self.tokens: collections.deque[SimTask] = collections.deque()
 
     def arm(self) -> bool:
-        if self.task is not None:
+        if self.task is None and self.queue:
+            self.task = self.queue.popleft()
+        return self.task is not None
+
+    def available(self) -> int:
+        return self.task.walk.count - self.task.moved if self.arm() else 0
+
+    room = available
+
+    def _array(self) -> np.ndarray:
+        return self.machine.arrays[self.task.statement.tensor].reshape(-1)
+
+    def read(self, k: int) -> np.ndarray:
+        task = self.task
+        chunk = self._array()[task.walk.indices(task.moved, task.moved + k)]
+        self._advance(k, READ)
+        return chunk
+
+    def write(self, chunk: np.ndarray) -> None:
+        task = self.task
+        index = task.walk.indices(task.moved, task.moved + len(chunk))
+        self._array()[index] = chunk
+        self.machine.written(task.statement.tensor, index)
+        self._advance(len(chunk), WRITTEN)
+
+    def _advance(self, k: int, slot: int) -> None:
+        task = self.task
+        self.count(k, slot)
+        self.machine.tensor_traffic[task.statement.tensor][slot] += k * self.nbytes
+        task.moved += k
+        if task.moved == task.walk.count:
+            task.complete = True
+            if task.statement.wait:
+                self.tokens.append(task)
+            self.task = None
+
+    def holding(self) -> bool:
+        return self.task is not None
+
+    def stuck(self) -> str | None:
+        if self.task is None:
+            return None
+        verb = "sent" if self.sends else "received"
+        return f"{verb} {self.task.moved} of {self.task.walk.count} elements of its BD"
+
+
+class PushChannel(Channel):
+    """A memtile channel of a programmed pool: it runs the slot BDs the
+    runtime pushed onto it, in order, under per-slot locks."""
+
+    def __init__(self, machine: _Machine, label, nbytes, traffic, sends, pool: Pool):
+        super().__init__(label, nbytes, traffic, sends)
+        self.machine, self.pool = machine, pool
+        self.steps: collections.deque = collections.deque()  # (label, SlotBd, push index)
+        self.moved = 0
+        self.running = False
+        self.pushes: dict[int, int] = {}  # push index -> BDs left
+
+    def push(self, label: str, push: Push) -> None:
+        steps = [
+            (label, bd, push.index)
+            for _ in range(push.statement.repeat_count)
+            for bd in push.statement.bds
+        ]
+        self.steps.extend(steps)
+        self.pushes[push.index] = len(steps)
+
+    def locks(self, slot: int) -> tuple[Lock, Lock]:
+        """(the lock a BD on `slot` takes, the lock it gives)."""
+        free, full = (self.machine.locks[i] for i in self.pool.lowered.slot_locks[slot])
+        return (full, free) if self.sends else (free, full)
+
+    def arm(self) -> bool:
+        if self.running:
             return True
-        if not self.queue:
+        if not self.steps:
             return False
-        self.task = task = self.queue.popleft()
-        if self.sends:
-            self.data, self.sent = task.array.reshape(-1)[task.index], 0
-        else:
-            self.buffer, self.got = np.empty(len(task.index), task.array.dtype), 0
+        _, bd, _ = self.steps[0]
+        take, _ = self.locks(bd.slot)
+        if take.value < bd.acquire:
+            return False
+        take.value -= bd.acquire
+        self.running, self.moved = True, 0
         return True
 
-    def count(self, elements: int, slot: int) -> None:
-        super().count(elements, slot)
-        self.tensor_traffic[self.task.statement.tensor][slot] += elements * self.nbytes
-        self.task.moved += elements
+    def available(self) -> int:
+        return self.pool.lowered.size - self.moved if self.arm() else 0
 
-    def sent_all(self) -> None:
-        self.data = None
-        self._finish()
+    room = available
 
-    def received(self) -> None:
-        self.task.array.reshape(-1)[self.task.index] = self.buffer
-        self.buffer = None
-        self._finish()
+    def read(self, k: int) -> np.ndarray:
+        chunk = self.pool.flat[self.steps[0][1].slot][self.moved : self.moved + k]
+        self._advance(k, READ)
+        return chunk
 
-    def _finish(self) -> None:
-        self.task.complete = True
-        self.task = None
+    def write(self, chunk: np.ndarray) -> None:
+        self.pool.flat[self.steps[0][1].slot][self.moved : self.moved + len(chunk)] = chunk
+        self._advance(len(chunk), WRITTEN)
+
+    def _advance(self, k: int, slot: int) -> None:
+        self.moved += k
+        self.count(k, slot)
+        if self.moved < self.pool.lowered.size:
+            return
+        label, bd, push = self.steps.popleft()
+        self.running = False
+        self.pushes[push] -= 1
+        _, give = self.locks(bd.slot)
+        self.machine.release(give, bd.release, f"{label}: its BD on slot {bd.slot}")
+
+    def holding(self) -> bool:
+        return self.running
+
+    def stuck(self) -> str | None:
+        if not self.running or self.moved == 0:
+            return None
+        verb = "sent" if self.sends else "received"
+        return f"{verb} {self.moved} of {self.pool.lowered.size} elements of its BD"
+
+    def blocked(self) -> Blocked | None:
+        """What a channel with BDs left waits on."""
+        if not self.steps or self.running:
+            return None
+        label, bd, _ = self.steps[0]
+        take, _ = self.locks(bd.slot)
+        return Blocked(
+            f"{label} ({self.label})",
+            f"its BD on slot {bd.slot} waits on {take} for {bd.acquire} (it has {take.value}); "
+            f"{len(self.steps)} BDs left",
+            take.fifo,
+            take.kind,
+            bd.acquire,
+            take.value,
+        )
 
 
 class Stream:
     """A fifo's elements from its producer's channel to every consumer's
     channel, in lockstep."""
 
-    def __init__(self, source: Channel, sinks: list[Channel]):
-        self.source, self.sinks = source, sinks
+    def __init__(self, fifo: str, source: Channel, sinks: list[Channel]):
+        self.fifo, self.source, self.sinks = fifo, source, sinks
 
     def step(self) -> bool:
         source, sinks = self.source, self.sinks
         moved = False
         while True:
-            ready = [channel.arm() for channel in (source, *sinks)]
-            if not all(ready):
-                return moved
-            k = min(len(source.data) - source.sent, *(len(s.buffer) - s.got for s in sinks))
-            chunk = source.data[source.sent : source.sent + k]
+            k = source.available()
             for sink in sinks:
-                sink.buffer[sink.got : sink.got + k] = chunk
-                sink.got += k
-                sink.count(k, WRITTEN)
-                if sink.got == len(sink.buffer):
-                    sink.received()
-            source.sent += k
-            source.count(k, READ)
-            if source.sent == len(source.data):
-                source.sent_all()
+                if not k:
+                    break
+                k = min(k, sink.room())
+            if not k:
+                return moved
+            chunk = source.read(k)
+            for sink in sinks:
+                sink.write(chunk)
             moved = True
 
 
 # ---- workers ---------------------------------------------------------------------------------
 
 
-class WorkerRun:
-    """A worker's body as a coroutine: `step` runs it until it blocks."""
+class Port:
+    """A worker's side of a pool: the lock it takes, the one it gives, how
+    many counts one object is worth, and its place in the ring."""
 
-    def __init__(self, machine: _Machine, worker: Worker, ports: dict[str, Port]):
-        self.machine, self.worker, self.ports = machine, worker, ports
-        self.label = f"worker {worker.name} at {worker.tile}"
+    def __init__(self, pool: Pool, take: Lock, give: Lock, counts: int):
+        self.pool, self.take, self.give, self.counts = pool, take, give, counts
+        self.next = 0
+
+    def acquire(self, n: int) -> list[int]:
+        self.take.value -= n * self.counts
+        slots = [(self.next + i) % self.pool.depth for i in range(n)]
+        self.next = (self.next + n) % self.pool.depth
+        return slots
+
+
+class WorkerRun:
+    """A worker's lowered body as a coroutine: `step` runs it until it blocks."""
+
+    def __init__(self, machine: _Machine, core: Core, ports: dict[str, Port]):
+        self.machine, self.core, self.ports = machine, core, ports
+        self.worker = machine.design.worker(core.worker)
+        self.label = f"worker {core.worker} at {core.tile}"
         self.held = {fifo: collections.deque() for fifo in ports}
         self.buffers = {
             b.name: _garbage(b.shape, element_type(b.dtype))
             if b.initial_value is None
             else np.full(b.shape, b.initial_value, element_type(b.dtype).numpy)
-            for b in worker.buffers
+            for b in core.buffers
         }
-        self.calls = [op for op in walk(worker.body) if isinstance(op, Call)]
+        self.barriers = {b: machine.locks[lock] for b, lock in core.barrier_locks}
+        self.calls = [op for op in _walk(core.body) if isinstance(op.op, Call)]
         self.iteration = 0
         self.took = False  # took a lock this iteration
         self.acted = False  # acquired, released or called this iteration
         self.finished = self.parked = False
-        self.wait = None  # (lock, need) or (barrier, value) while blocked
+        self.wait = None  # (lock, need, equal) while blocked
         self.coroutine = self._run()
 
     def step(self) -> bool:
@@ -535,15 +799,19 @@ class WorkerRun:
             moved = True
         return moved
 
-    def _ready(self, what: Lock | str, value: int) -> bool:
-        """A lock holds at least `value`, or barrier `what` holds exactly it."""
-        if isinstance(what, Lock):
-            return what.value >= value
-        return self.machine.barriers[what] == value
+    @staticmethod
+    def _ready(lock: Lock, value: int, equal: bool) -> bool:
+        """A lock holds at least `value` (exactly, for a barrier's acquire-equal)."""
+        return lock.value == value if equal else lock.value >= value
+
+    @property
+    def at_rest(self) -> bool:
+        """Done, or waiting for what another call brings: a forever worker."""
+        return self.finished or self.parked or self.worker.forever
 
     @property
     def idle(self) -> bool:
-        """Done, or at rest: holding nothing, parked or at the top of a forever body."""
+        """At the top of a forever body holding nothing (or parked, or done)."""
         if self.finished:
             return True
         if any(self.held.values()):
@@ -554,7 +822,7 @@ class WorkerRun:
         while True:
             self.iteration += 1
             self.took = self.acted = False
-            yield from self._body(self.worker.body)
+            yield from self._body(self.core.body)
             if not self.worker.forever:
                 self.finished = True
                 return
@@ -562,33 +830,37 @@ class WorkerRun:
                 self.parked = True
                 return
 
-    def _body(self, ops):
-        for op in ops:
+    def _body(self, ops: tuple[CoreOp, ...]):
+        for lowered in ops:
+            op = lowered.op
             if isinstance(op, Acquire):
                 held = self.held[op.fifo]
                 need = op.n - len(held)
                 if need > 0:
                     port = self.ports[op.fifo]
-                    while not self._ready(port.take, need):
-                        yield port.take, need
+                    while not self._ready(port.take, need * port.counts, False):
+                        yield port.take, need * port.counts, False
                     held.extend(port.acquire(need))
                     self.took = self.acted = True
             elif isinstance(op, Release):
                 self._release(op)
             elif isinstance(op, Call):
-                self._call(op)
+                self._call(lowered)
             elif isinstance(op, Loop):
                 count = op.count
                 if isinstance(count, Param):
                     count = self.machine.params[count.name]
                 for _ in range(count):
-                    yield from self._body(op.body)
+                    yield from self._body(lowered.body)
             elif isinstance(op, WaitBarrier):
-                while not self._ready(op.barrier, op.value):
-                    yield op.barrier, op.value
+                lock = self.barriers[op.barrier]
+                while not self._ready(lock, op.value, True):
+                    yield lock, op.value, True
+            elif isinstance(op, ReleaseBarrier):
+                self.machine.release(self.barriers[op.barrier], op.value, self._where())
 
     def _where(self) -> str:
-        return f"design {self.machine.design.name}: worker {self.worker.name}, iteration {self.iteration}"
+        return f"design {self.machine.design.name}: worker {self.core.worker}, iteration {self.iteration}"
 
     def _release(self, op: Release) -> None:
         held = self.held[op.fifo]
@@ -598,39 +870,36 @@ class WorkerRun:
             )
         for _ in range(op.n):
             held.popleft()
-        self.ports[op.fifo].give.value += op.n
+        port = self.ports[op.fifo]
+        self.machine.release(port.give, op.n * port.counts, self._where())
         self.acted = True
 
-    def _call(self, call: Call) -> None:
+    def _call(self, lowered: CoreOp) -> None:
+        call = lowered.op
         kernel = call.kernel
-        if len(call.args) != len(kernel.args):
-            raise KernelError(
-                f"{self._call_text(call)} passes {len(call.args)} arguments; "
-                f"the kernel takes {len(kernel.args)}"
-            )
-        args = [self._argument(call, i, arg) for i, arg in enumerate(call.args)]
+        args = [self._argument(lowered, i, arg) for i, arg in enumerate(call.args)]
         try:
             kernel.model(*args)
         except Exception as error:
             raise KernelError(
-                f"{self._call_text(call)}: the model {kernel.model!r} raised "
+                f"{self._call_text(lowered)}: the model {kernel.model!r} raised "
                 f"{type(error).__name__}: {error}"
             ) from error
         self.acted = True
 
-    def _call_text(self, call: Call) -> str:
+    def _call_text(self, lowered: CoreOp) -> str:
         """Which call of the body, for error messages (the body's calls are
         numbered in program order, so equal calls still read apart)."""
-        number = next(i for i, c in enumerate(self.calls, 1) if c is call)
-        return f"{self._where()}: call {number} of {len(self.calls)} ({call.kernel.symbol})"
+        number = next(i for i, c in enumerate(self.calls, 1) if c is lowered)
+        return f"{self._where()}: call {number} of {len(self.calls)} ({lowered.op.kernel.symbol})"
 
-    def _argument(self, call: Call, i: int, arg):
+    def _argument(self, lowered: CoreOp, i: int, arg):
         if isinstance(arg, Obj):
             held = self.held[arg.fifo]
             if arg.index >= len(held):
                 raise WorkerError(
-                    f"{self._call_text(call)}: argument {i} is object {arg.index} of fifo {arg.fifo}, "
-                    f"but the worker holds {len(held)}"
+                    f"{self._call_text(lowered)}: argument {i} is object {arg.index} of fifo "
+                    f"{arg.fifo}, but the worker holds {len(held)}"
                 )
             return self.ports[arg.fifo].pool.slots[held[arg.index]]
         if isinstance(arg, Buf):
@@ -644,179 +913,212 @@ class WorkerRun:
         actor = f"{self.label}, iteration {self.iteration}"
         if self.wait is None:
             return Blocked(actor, f"repeats an iteration that takes no lock; holds {holds}")
-        what, value = self.wait
-        if isinstance(what, Lock):
+        lock, value, equal = self.wait
+        if equal:
+            barrier = next(b for b, held in self.barriers.items() if held is lock)
             return Blocked(
                 actor,
-                f"waits on {what} for {value} (it has {what.value}; depth "
-                f"{self.ports[what.fifo].pool.depth}); holds {holds}",
-                what.fifo,
-                what.kind,
-                value,
-                what.value,
-                self.idle,
+                f"waits for barrier {barrier} to be {value} (it is {lock.value}); holds {holds}",
+                idle=self.idle,
             )
+        depth = self.ports[lock.fifo].pool.depth if lock.fifo in self.ports else "?"
         return Blocked(
             actor,
-            f"waits for barrier {what} to be {value} (it is {self.machine.barriers[what]}); "
-            f"holds {holds}",
-            idle=self.idle,
+            f"waits on {lock} for {value} (it has {lock.value}; depth {depth}); holds {holds}",
+            lock.fifo,
+            lock.kind,
+            value,
+            lock.value,
+            self.idle,
         )
 
 
-class ProgrammedChannel(Channel):
-    """A memtile channel of a programmed pool: it runs the slot BDs the
-    runtime pushed onto it, in order, under per-slot locks."""
-
-    def __init__(self, label, nbytes, traffic, pool: Pool, sends: bool, max_lock: int):
-        super().__init__(label, nbytes, traffic)
-        self.pool, self.sends, self.max_lock = pool, sends, max_lock
-        self.steps: collections.deque = collections.deque()  # (task label, SlotBd)
-
-    def push(self, label: str, task) -> None:
-        self.steps.extend((label, bd) for _ in range(task.repeat_count) for bd in task.bds)
-
-    def locks(self, slot: int) -> tuple[Lock, Lock]:
-        """(the lock a BD on `slot` takes, the lock it gives)."""
-        free, full = self.pool.slot_locks[slot]
-        return (full, free) if self.sends else (free, full)
-
-    def arm(self) -> bool:
-        if self.data is not None or self.buffer is not None:
-            return True
-        if not self.steps:
-            return False
-        _, bd = self.steps[0]
-        take, _ = self.locks(bd.slot)
-        if take.value < bd.acquire:
-            return False
-        take.value -= bd.acquire
-        row = self.pool.flat[bd.slot]
-        if self.sends:
-            self.data, self.sent = row, 0
-        else:
-            self.buffer, self.got = row, 0
-        return True
-
-    def sent_all(self) -> None:
-        self.data = None
-        self._finish()
-
-    def received(self) -> None:
-        self.buffer = None
-        self._finish()
-
-    def _finish(self) -> None:
-        label, bd = self.steps.popleft()
-        _, give = self.locks(bd.slot)
-        give.value += bd.release
-        if give.value > self.max_lock:
-            raise LockError(
-                f"{label}: its BD on slot {bd.slot} raises {give} to {give.value}, above the "
-                f"device's max lock value {self.max_lock}"
-            )
-
-    def blocked(self) -> Blocked | None:
-        """What a channel with BDs left waits on."""
-        if not self.steps or self.data is not None or self.buffer is not None:
-            return None
-        label, bd = self.steps[0]
-        take, _ = self.locks(bd.slot)
-        return Blocked(
-            f"{label} ({self.label})",
-            f"its BD on slot {bd.slot} waits on {take} for {bd.acquire} (it has {take.value}); "
-            f"{len(self.steps)} BDs left",
-            take.fifo,
-            take.kind,
-            bd.acquire,
-            take.value,
-        )
+def _walk(body: tuple[CoreOp, ...]):
+    for op in body:
+        yield op
+        yield from _walk(op.body)
 
 
 # ---- the runtime sequence ------------------------------------------------------------------
 
 
 class SequenceRun:
-    """The runtime sequence: issues tasks, finishes groups, sets barriers."""
+    """The lowered runtime ops, in order: starts, awaits, sets."""
 
-    def __init__(self, machine: _Machine, tasks: dict[int, Task]):
-        self.machine, self.tasks = machine, tasks
+    def __init__(self, machine: _Machine):
+        self.machine = machine
+        self.ops = machine.lowered.runtime.ops
         self.pc = 0
-        self.groups: dict[str, list[Task]] = {}  # open groups, in the order they began
-        self.finishing: str | None = None
-        self.finish_at = ""
-        self.done = False
+
+    @property
+    def done(self) -> bool:
+        return self.pc == len(self.ops)
 
     def step(self) -> bool:
-        moved = False
-        sequence = self.machine.design.sequence
+        machine, moved = self.machine, False
         while not self.done:
-            if self.finishing is not None:
-                if not all(t.complete for t in self.groups[self.finishing] if t.statement.wait):
+            op = self.ops[self.pc]
+            if isinstance(op, Await):
+                channel = machine.channel_of[op.task]
+                if not channel.tokens:
                     return moved
-                del self.groups[self.finishing]
-                self.finishing = None
-            elif self.pc < len(sequence):
-                self._execute(sequence[self.pc])
-                self.pc += 1
-            elif self.groups:
-                self.finishing = next(iter(self.groups))
-                self.finish_at = f"the end of the sequence (group {self.finishing})"
-            else:
-                self.done = True
+                channel.tokens.popleft()
+            elif isinstance(op, Start):
+                machine.start(op.task)
+            elif isinstance(op, SetLocks):
+                for lock in op.locks:
+                    machine.locks[lock].value = op.value
+            self.pc += 1
             moved = True
         return moved
 
-    def _execute(self, statement) -> None:
-        if isinstance(statement, (Fill, Drain)):
-            task = self.tasks[self.pc]
-            self.groups.setdefault(statement.group, []).append(task)
-            self.machine.shim_channels[statement.fifo, isinstance(statement, Fill)].queue.append(
-                task
-            )
-        elif isinstance(statement, Finish):
-            if statement.group in self.groups:
-                self.finishing = statement.group
-                self.finish_at = f"sequence[{self.pc}] (finish of group {statement.group})"
-        elif isinstance(statement, SetBarrier):
-            self.machine.barriers[statement.barrier] = statement.value
-        elif isinstance(statement, PoolTask):
-            way = "fill" if statement.fill else "drain"
-            channel = self.machine.programmed[statement.link, statement.fill]
-            channel.push(f"sequence[{self.pc}] {way} of link {statement.link}", statement)
-        elif isinstance(statement, SetLock):
-            free, _ = self.machine.link_pools[statement.link].slot_locks[statement.slot]
-            free.value = statement.value
-
     def blocked(self) -> Blocked:
-        waits = [t for t in self.groups[self.finishing] if t.statement.wait and not t.complete]
+        op = self.ops[self.pc]
+        sequence = self.machine.design.sequence
+        if op.group is None:
+            place = f"sequence[{op.at}] (room in its channel's queue)"
+        elif op.at == len(sequence):
+            place = f"the end of the sequence (group {op.group})"
+        else:
+            place = f"sequence[{op.at}] (finish of group {op.group})"
+        task = self.machine.tasks[op.token_of]
         return Blocked(
             "runtime sequence",
-            f"waits at {self.finish_at} for " + "; ".join(_progress(t) for t in waits),
+            f"waits at {place} for {task.label} ({task.moved} of {task.walk.count} elements moved)",
         )
-
-
-def _progress(task: Task) -> str:
-    return f"{task.label} ({task.moved} of {len(task.index)} elements moved)"
 
 
 # ---- building and running the machine ----------------------------------------------------------
 
 
 class _Machine:
-    def __init__(self, design: Design, arrays: dict[str, np.ndarray], params: dict[str, int]):
-        self.design, self.arrays, self.params = design, arrays, params
-        self.barriers = dict.fromkeys(design.barriers, 0)
-        self.tensor_traffic = {t.name: [0, 0] for t in design.tensors}
+    def __init__(self, lowered: Lowered, arrays: dict[str, np.ndarray], params, tasks):
+        self.lowered, self.design = lowered, lowered.design
+        self.arrays, self.params, self.tasks = arrays, params, tasks
+        config = lowered.configuration
+        self.tensor_traffic = {t.name: [0, 0] for t in self.design.tensors}
+        self.writes = {
+            t.name: np.zeros(t.size, np.int32)
+            for t in self.design.tensors
+            if t.direction is not Direction.IN
+        }
         self.tile_traffic: dict[Tile, list[int]] = {}
-        self.pools: list[Pool] = []
-        self.link_pools = {link.name: self._link_pool(link) for link in design.links}
-        self.worker_ports: dict[str, dict[str, Port]] = {w.name: {} for w in design.workers}
-        self.shim_channels: dict[tuple[str, bool], ShimChannel] = {}
-        self.programmed: dict[tuple[str, bool], ProgrammedChannel] = {}  # (link, fill)
-        self.streams = [s for f in design.fifos if (s := self._connect(f)) is not None]
-        self.workers = [WorkerRun(self, w, self.worker_ports[w.name]) for w in design.workers]
-        self.sequence = SequenceRun(self, self._tasks())
+        self.pools = [Pool(self._where(i, p), p) for i, p in enumerate(config.pools)]
+        labels = self._lock_labels()
+        self.locks = [self._lock(lock, labels.get(i)) for i, lock in enumerate(config.locks)]
+        self.channels = [self._channel(c) for c in config.channels]
+        self.streams = [
+            Stream(s.fifo, self.channels[s.source], [self.channels[i] for i in s.sinks])
+            for s in config.streams
+        ]
+        self.workers = [WorkerRun(self, core, self._ports(core)) for core in config.cores]
+        self.channel_of = {
+            t.index: self.channels[t.channel]
+            for t in (*lowered.runtime.tasks, *lowered.runtime.pushes)
+        }
+        self.pushes = {p.index: p for p in lowered.runtime.pushes}
+        self.sequence = SequenceRun(self)
+
+    # ---- building
+
+    def _where(self, index: int, pool) -> str:
+        """Where a pool is, as messages name it."""
+        if pool.kind in ("core", "shared"):
+            owner = next(c.worker for c in self.lowered.configuration.cores if c.tile == pool.tile)
+            return f"core {owner} {pool.tile}"
+        return f"memtile {pool.link} {pool.tile}"
+
+    def _lock_labels(self) -> dict[int, tuple[str, str]]:
+        """(fifo, where) of each pool lock, as messages name it."""
+        labels = {}
+        for pool in self.pools:
+            for lane in pool.lowered.lanes:
+                for index in (lane.producer, lane.consumer):
+                    labels[index] = (lane.fifo, pool.where)
+            for pair in pool.lowered.slot_locks:
+                for index in pair:
+                    labels[index] = (pool.lowered.name, pool.where)
+        return labels
+
+    @staticmethod
+    def _lock(lock, label) -> Lock:
+        if lock.role == "barrier":
+            return Lock(f"{lock.owner} at {lock.tile}", None, "barrier", lock.init)
+        fifo, where = label or (lock.owner, f"shim {lock.tile}")
+        kind = lock.role.split()[0]
+        return Lock(f"the {lock.role} lock of fifo {fifo} at {where}", fifo, kind, lock.init)
+
+    def _channel(self, channel) -> Channel:
+        nbytes = element_type(self.design.fifo(channel.fifo).dtype).nbytes
+        traffic = self.tile_traffic.setdefault(channel.tile, [0, 0])
+        sends = channel.direction == MM2S
+        if channel.driver == "runtime":
+            label = f"shim {channel.tile} {channel.direction} of fifo {channel.fifo}"
+            return ShimChannel(self, label, nbytes, traffic, sends)
+        pool = self.pools[channel.pool]
+        label = f"{pool.where} {channel.direction} of fifo {channel.fifo}"
+        if channel.driver == "pool":
+            return PushChannel(self, label, nbytes, traffic, sends, pool)
+        return ChainChannel(self, label, nbytes, traffic, sends, channel, pool)
+
+    def bd_index(self, label: str, bd: Bd, pool: Pool):
+        """The elements of a slot one BD moves, in stream order."""
+        if not bd.dims:
+            return slice(bd.offset, bd.offset + bd.length)
+        tap = TAP.of_dims(bd.dims, bd.offset)
+        where = f"design {self.design.name}: {label}"
+        if tap.count != bd.length:
+            raise TransferError(
+                f"{where}: dimensions {list(bd.dims)} move {tap.count} elements, but each BD "
+                f"moves {bd.length}"
+            )
+        walk = Walk(tap)
+        _check_bounds(
+            f"{where}: dimensions {list(bd.dims)}", walk, pool.flat.shape[1], "the object"
+        )
+        return (
+            walk.indices(0, walk.count)
+            if not walk.scan
+            else np.arange(walk.offset, walk.offset + walk.count)
+        )
+
+    def _ports(self, core: Core) -> dict[str, Port]:
+        ports = {}
+        for end in core.ends:
+            pool = self.pools[end.pool]
+            lane = pool.lowered.lanes[0]
+            producer, consumer = self.locks[lane.producer], self.locks[lane.consumer]
+            take, give = (producer, consumer) if end.producer else (consumer, producer)
+            ports[end.fifo] = Port(pool, take, give, end.counts)
+        return ports
+
+    # ---- running
+
+    def release(self, lock: Lock, value: int, who: str) -> None:
+        lock.value += value
+        most = self.design.device.max_lock_value
+        if lock.value > most:
+            raise LockError(
+                f"{who} raises {lock} to {lock.value}, above the device's max lock value {most}"
+            )
+
+    def start(self, index: int) -> None:
+        channel = self.channel_of[index]
+        if isinstance(channel, PushChannel):
+            push = self.pushes[index]
+            way = "fill" if push.statement.fill else "drain"
+            channel.push(f"sequence[{index}] {way} of link {push.statement.link}", push)
+        else:
+            channel.queue.append(self.tasks[index])
+
+    def written(self, tensor: str, index) -> None:
+        counts = self.writes.get(tensor)
+        if counts is None:
+            return
+        if isinstance(index, slice):
+            counts[index] += 1
+        else:
+            np.add.at(counts, index, 1)
 
     def run(self) -> None:
         actors = [self.sequence, *self.streams, *self.workers]
@@ -831,194 +1133,33 @@ class _Machine:
             {tile: BytesMoved(*counts) for tile, counts in sorted(self.tile_traffic.items())},
         )
 
-    # ---- pools and their ports
-
-    def _pool(self, where: str, tile: Tile, depth: int, fifo: ObjectFifo, parts=None) -> Pool:
-        pool = Pool(where, tile, depth, fifo, parts or [(fifo.name, 0, fifo.size)])
-        self.pools.append(pool)
-        return pool
-
-    def _link_pool(self, link: Link) -> Pool:
-        """The pool of the larger objects, in the depth of that fifo's memtile
-        end; a split's or join's small fifos each own a part of it."""
-        fifo = self.design.fifo
-        where = f"memtile {link.name} {link.tile}"
-        if link.kind == "join":
-            big = fifo(link.destinations[0])
-            depth = big.depth_at(big.producer)
-        else:
-            big = fifo(link.sources[0])
-            depth = big.depth_at(big.consumer("memtile", link.name))
-        if link.kind == "forward":
-            pool = self._pool(where, link.tile, depth, big)
-            if link.programmed:
-                pool.slot_locks = [
-                    (
-                        Lock(big.name, f"producer slot {i}", where, 0),
-                        Lock(big.name, f"consumer slot {i}", where, 0),
-                    )
-                    for i in range(depth)
-                ]
-            return pool
-        small = link.destinations if link.kind == "split" else link.sources
-        offsets = link_offsets(self.design, link)
-        parts = [(name, o, fifo(name).size) for name, o in zip(small, offsets)]
-        return self._pool(where, link.tile, depth, big, parts)
-
-    def _connect(self, fifo: ObjectFifo) -> Stream | None:
-        """Pools for the fifo's core ends, and the stream with its channels."""
-        tile = shared_memory_tile(self.design, fifo)
-        if tile is not None:
-            owner = next(w.name for w in self.design.workers if w.tile == tile)
-            pool = self._pool(f"core {owner} {tile}", tile, fifo.depth_at(fifo.producer), fifo)
-            self.worker_ports[fifo.producer.name][fifo.name] = Port(pool.parts[0], True)
-            self.worker_ports[fifo.consumers[0].name][fifo.name] = Port(pool.parts[0], False)
-            return None
-        source = self._channel(fifo, fifo.producer, sends=True)
-        sinks = [self._channel(fifo, c, sends=False) for c in fifo.consumers]
-        return Stream(source, sinks)
-
-    def _channel(self, fifo: ObjectFifo, end, sends: bool) -> Channel:
-        nbytes = fifo.element.nbytes
-        direction = "MM2S" if sends else "S2MM"
-        if end.kind == "shim":
-            label = f"shim {end.tile} {direction} of fifo {fifo.name}"
-            channel = ShimChannel(
-                label, nbytes, self._tile_traffic(end.tile), sends, self.tensor_traffic
-            )
-            self.shim_channels[fifo.name, sends] = channel
-            return channel
-        dims = fifo.dims_to_stream if sends else end.dims_from_stream
-        repeat = (fifo.repeat_count or 1) if sends else 1
-        if end.kind == "core":
-            worker = self.design.worker(end.name)
-            pool = self._pool(
-                f"core {worker.name} {worker.tile}", worker.tile, fifo.depth_at(end), fifo
-            )
-            self.worker_ports[worker.name][fifo.name] = Port(pool.parts[0], sends)
-            parts, limit = pool.parts, None
-        else:
-            pool = self.link_pools[end.name]
-            link = self.design.link(end.name)
-            if link.programmed:
-                label = f"{pool.where} {direction} of fifo {fifo.name}"
-                channel = ProgrammedChannel(
-                    label,
-                    nbytes,
-                    self._tile_traffic(pool.tile),
-                    pool,
-                    sends,
-                    self.design.device.max_lock_value,
-                )
-                self.programmed[link.name, not sends] = channel
-                return channel
-            small = link.destinations if link.kind == "split" else link.sources
-            parts = (
-                [p for p in pool.parts if p.fifo == fifo.name] if fifo.name in small else pool.parts
-            )
-            limit = fifo.iter_count and fifo.iter_count * pool.depth * len(parts)
-        label = f"{pool.where} {direction} of fifo {fifo.name}"
-        chain = [(Port(part, not sends), self._bd_index(label, dims, part)) for part in parts]
-        return PoolChannel(
-            label, nbytes, self._tile_traffic(pool.tile), chain, sends, repeat, limit
-        )
-
-    def _tile_traffic(self, tile: Tile) -> list[int]:
-        return self.tile_traffic.setdefault(tile, [0, 0])
-
-    def _bd_index(self, label: str, dims, part: Part):
-        """The elements of a slot one BD moves, in stream order."""
-        if not dims:
-            return slice(part.offset, part.offset + part.size)
-        tap = TAP.of_dims(dims, part.offset)
-        where = f"design {self.design.name}: {label}"
-        if tap.count != part.size:
-            raise TransferError(
-                f"{where}: dimensions {list(dims)} move {tap.count} elements, but each BD "
-                f"moves {part.size}"
-            )
-        index = tap.indices()
-        _check_bounds(
-            f"{where}: dimensions {list(dims)}", index, part.pool.flat.shape[1], "the object"
-        )
-        return index
-
-    # ---- the runtime's tasks
-
-    def _tasks(self) -> dict[int, Task]:
-        tasks = {}
-        for i, statement in enumerate(self.design.sequence):
-            if not isinstance(statement, (Fill, Drain)):
-                continue
-            fills = isinstance(statement, Fill)
-            fifo, tensor = self.design.fifo(statement.fifo), self.design.tensor(statement.tensor)
-            if fifo.dims_to_stream if fills else fifo.consumer("shim").dims_from_stream:
-                raise TransferError(
-                    f"design {self.design.name}: fifo {fifo.name} has dimensions at its runtime "
-                    "end; the task's TAP orders a shim transfer"
-                )
-            label = (
-                f"sequence[{i}] fill of fifo {fifo.name} from {tensor.name}"
-                if fills
-                else f"sequence[{i}] drain of fifo {fifo.name} into {tensor.name}"
-            )
-            tap = statement.tap or TAP.linear(tensor.size)
-            index = tap.indices()
-            if statement.offset_param is not None:
-                offset = self._runtime_offset(label, statement.offset_param, tensor)
-                index = index + offset
-                label += f" at {statement.offset_param}={offset}"
-            _check_bounds(
-                f"design {self.design.name}: {label}: TAP {tap}",
-                index,
-                tensor.size,
-                f"tensor {tensor.name}",
-            )
-            if tap.count % fifo.size:
-                raise TransferError(
-                    f"design {self.design.name}: {label}: TAP {tap} moves {tap.count} elements, "
-                    f"not a whole number of {fifo.size}-element objects "
-                    f"({tap.count // fifo.size} and {tap.count % fifo.size} left over)"
-                )
-            tasks[i] = Task(label, statement, self.arrays[tensor.name], index)
-        return tasks
-
-    def _runtime_offset(self, label: str, param: str, tensor) -> int:
-        """The parameter's value, which the shim adds to the BD's address: in
-        whole 4-byte words, since mlir-aie's DMA-to-NPU lowering rounds a
-        misaligned parameter down to the word, with only a compile warning."""
-        offset = self.params[param]
-        nbytes = element_type(tensor.dtype).nbytes
-        if offset * nbytes % 4:
-            raise TransferError(
-                f"design {self.design.name}: {label}: {param}={offset} elements is "
-                f"{offset * nbytes} B, not a whole number of 4-byte words"
-            )
-        return offset
-
     # ---- after the run
 
     def _check_finished(self) -> None:
-        """Raise `DeadlockError` if anything is left undone. The report lists
-        what is wrong (the causes) and, after them, the actors at rest that
-        a cause holds up (idle workers, channels waiting for room)."""
-        causes, at_rest = [], []
+        """Raise `DeadlockError` if the sequence, a task or push, or a worker
+        that runs once waits forever. The report lists what is wrong (the
+        causes) and, after them, the actors at rest that a cause holds up
+        (idle workers, channels waiting for room); a forever worker left
+        waiting once everything else is done is at rest, not stuck."""
+        causes, at_rest, forever = [], [], False
         if not self.sequence.done:
             causes.append(self.sequence.blocked())
+            forever = True
         for worker in self.workers:
             if worker.wait is not None or not worker.idle:
                 (at_rest if worker.idle else causes).append(worker.blocked())
+                forever = forever or not worker.at_rest
         for stream in self.streams:
             for channel in (stream.source, *stream.sinks):
-                stuck = _stuck(channel, stream)
-                if stuck is None and isinstance(channel, ProgrammedChannel):
-                    stuck = channel.blocked()
+                stuck = self._stuck(channel, stream)
                 if stuck is not None:
                     causes.append(stuck)
+                    forever = forever or isinstance(channel, (ShimChannel, PushChannel))
                 elif (room := _waiting_for_room(channel)) is not None:
                     at_rest.append(room)
         for pool in self.pools:
-            for i, (_, full) in enumerate(pool.slot_locks):
+            for i, pair in enumerate(pool.lowered.slot_locks):
+                full = self.locks[pair[1]]
                 if full.value:
                     causes.append(
                         Blocked(
@@ -1028,33 +1169,55 @@ class _Machine:
                             "consumer",
                         )
                     )
-            for part in pool.parts:
-                if part.full.value:
+            for lane in pool.lowered.lanes:
+                if lane.consumer is None:
+                    continue
+                full = self.locks[lane.consumer]
+                if full.value:
                     causes.append(
                         Blocked(
-                            f"fifo {part.fifo} at {pool.where}",
-                            f"{_objects(part.full.value)} full in the pool, never taken",
-                            part.fifo,
+                            f"fifo {lane.fifo} at {pool.where}",
+                            f"{_objects(full.value)} full in the pool, never taken",
+                            lane.fifo,
                             "consumer",
                         )
                     )
-        if causes:
+        if forever:
             blocked = (*causes, *at_rest)
             lines = "\n".join(f"  {b}" for b in blocked)
             raise DeadlockError(f"design {self.design.name} cannot finish:\n{lines}", blocked)
 
+    def _stuck(self, channel: Channel, stream: Stream) -> Blocked | None:
+        """A channel part-way through a BD, a shim channel holding a task, a
+        pool channel with pushed BDs left."""
+        label = channel.label
+        if isinstance(channel, ShimChannel):
+            if channel.task is None and not channel.queue:
+                return None
+            task = channel.task or channel.queue[0]
+            label = f"{task.label} ({channel.label})"
+            done = (
+                channel.stuck()
+                or f"{'sent' if channel.sends else 'received'} 0 of {task.walk.count} elements of its BD"
+            )
+        elif isinstance(channel, PushChannel):
+            done = channel.stuck()
+            if done is None:
+                return channel.blocked()
+        else:
+            done = channel.stuck()
+        if done is None:
+            return None
+        if channel.sends:
+            idle = [s.label for s in stream.sinks if not s.holding()]
+            done += f"; {', '.join(idle) or 'no consumer'} takes none"
+        return Blocked(label, done)
+
     def _check_coverage(self) -> None:
-        writes = collections.defaultdict(list)
-        for task in self.sequence.tasks.values():
-            if isinstance(task.statement, Drain):
-                writes[task.statement.tensor].append(task.index)
         for tensor in self.design.tensors:
             if tensor.direction is Direction.IN:
                 continue
-            index = writes.get(tensor.name, [])
-            counts = np.bincount(
-                np.concatenate(index) if index else np.zeros(0, np.int64), minlength=tensor.size
-            )
+            counts = self.writes[tensor.name]
             twice = np.flatnonzero(counts > 1)
             never = np.flatnonzero(counts == 0) if tensor.direction is Direction.OUT else []
             if len(twice) or len(never):
@@ -1085,45 +1248,16 @@ def _element(tensor, flat: int) -> str:
     return f"{tensor.name}[{position}]"
 
 
-def _check_bounds(where: str, index: np.ndarray, extent: int, what: str) -> None:
-    bad = (index < 0) | (index >= extent)
-    if bad.any():
-        step = int(np.argmax(bad))
-        raise OutOfBoundsError(
-            f"{where} reaches element {index[step]} at step {step} of {len(index)}; "
-            f"{what} has elements 0..{extent - 1}"
-        )
-
-
 def _objects(n: int) -> str:
     return f"{n} object{'s' if n != 1 else ''}"
 
 
-def _stuck(channel: Channel, stream: Stream) -> Blocked | None:
-    """A channel part-way through a transfer, or a shim channel holding a task."""
-    label = channel.label
-    if isinstance(channel, ShimChannel):
-        if channel.task is None:
-            return None
-        label = f"{channel.task.label} ({channel.label})"
-    if channel.data is not None:
-        idle = [s.label for s in stream.sinks if s.buffer is None]
-        return Blocked(
-            label,
-            f"sent {channel.sent} of {len(channel.data)} elements of its BD; "
-            f"{', '.join(idle) or 'no consumer'} takes none",
-        )
-    if channel.buffer is not None and (channel.got or isinstance(channel, ShimChannel)):
-        return Blocked(label, f"received {channel.got} of {len(channel.buffer)} elements of its BD")
-    return None
-
-
 def _waiting_for_room(channel: Channel) -> Blocked | None:
     """A receiving channel whose pool is full."""
-    if not isinstance(channel, PoolChannel) or channel.sends:
+    if not isinstance(channel, ChainChannel) or channel.sends:
         return None
     lock = channel.waiting()
-    if lock is None:
+    if lock is None or lock.value >= 1:
         return None
     return Blocked(
         channel.label,

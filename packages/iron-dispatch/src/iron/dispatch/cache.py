@@ -44,7 +44,8 @@ from pathlib import Path
 
 import filelock
 
-from iron.core import settings
+from iron.core import files, settings
+from iron.core.files import NotRegularFile
 
 MANIFEST = "iron-cache.json"
 FORMAT = "iron-cache/2"
@@ -54,58 +55,51 @@ CACHEDIR_TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# the IRON compile 
 _KEY = re.compile(r"[0-9a-f]{64}\Z")
 #: a manifest larger than this is not one the cache wrote (a 300-step image's is ~20 KiB)
 MANIFEST_MAX_BYTES = 16 * 2**20
-#: open without following a final symlink and without waiting on a FIFO
-_SAFE_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
-class NotRegularFile(OSError):
-    """A file the cache would read is a symlink, FIFO, device or folder."""
-
-
-def _kind(mode: int) -> str:
-    kinds = ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))  # fmt: skip
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-@contextlib.contextmanager
-def _open_regular(path: Path):
-    """`path` opened for reading, refused (`NotRegularFile`, naming it and
-    what it is) unless it is a regular file; a symlink is never followed."""
-    try:
-        fd = os.open(path, _SAFE_READ)
-    except OSError as error:
-        if path.is_symlink():
-            raise NotRegularFile(f"{path} is a symlink, not a regular file") from error
-        raise
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(f"{path} is {_kind(mode)}, not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            yield handle
-    finally:
-        os.close(fd)
-
-
-def read_json(path: Path):
-    """A JSON file of at most `MANIFEST_MAX_BYTES`, read only if it is a regular file."""
-    with _open_regular(path) as handle:
-        data = handle.read(MANIFEST_MAX_BYTES + 1)
-    if len(data) > MANIFEST_MAX_BYTES:
-        raise ValueError(f"{path} is over {MANIFEST_MAX_BYTES} bytes")
-    return json.loads(data)
+def read_json(path: Path) -> dict:
+    """A JSON object of at most `MANIFEST_MAX_BYTES` (no key twice), read
+    only if it is a regular file and never through a link (`NotRegularFile`)."""
+    return files.read_json(path, limit=MANIFEST_MAX_BYTES, follow_links=False)
 
 
 def _entry_file_sha256(path: Path) -> tuple[int, str]:
     """(bytes, sha256) of a regular file of an entry, never through a link."""
     h, nbytes = hashlib.sha256(), 0
-    with _open_regular(path) as handle:
+    with files.open_regular(path, follow_links=False) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             h.update(block)
             nbytes += len(block)
     return nbytes, h.hexdigest()
+
+
+#: manifest fields and their JSON types (anything else there is kept as written)
+MANIFEST_FIELDS = {
+    "format": ("a string",), "key": ("a string",), "files": ("an object",),
+    "created": ("a number",), "repaired": ("a string",), "name": ("a string",),
+    "backend": ("a string",), "mode": ("a string",), "kind": ("a string",),
+}  # fmt: skip
+
+
+def _manifest_problem(manifest: dict) -> str | None:
+    """What is wrong with a manifest's fields (their JSON types, each file
+    record's), or None."""
+    for field, kinds in MANIFEST_FIELDS.items():
+        if field in manifest or field in ("format", "key", "files"):
+            try:
+                files.expect(MANIFEST, field, manifest.get(field), *kinds)
+            except ValueError as error:
+                return str(error)
+    for name, record in manifest["files"].items():
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            return f"{MANIFEST}: files names {name!r}, which lies outside the entry"
+        try:
+            files.expect(MANIFEST, f"files[{name!r}]", record, "an object")
+            files.expect(MANIFEST, f"files[{name!r}].nbytes", record.get("nbytes"), "an integer")
+            files.expect(MANIFEST, f"files[{name!r}].sha256", record.get("sha256"), "a string")
+        except ValueError as error:
+            return str(error)
+    return None
 
 
 def _replace_link(path: Path) -> None:
@@ -123,8 +117,9 @@ def cache_home() -> Path:
 
 
 def file_sha256(path: Path) -> str:
+    """sha256 of a regular file's bytes (a FIFO or a device is refused)."""
     h = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with files.open_regular(path) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -157,13 +152,14 @@ class CompileCache:
             manifest = read_json(entry / MANIFEST)
         except FileNotFoundError:
             return None, "the manifest was missing"
-        except NotRegularFile as error:
+        except OSError:
+            return None, "the manifest was unreadable"
+        except ValueError as error:  # not a regular file, not a JSON object, a key twice
             return None, f"the manifest {MANIFEST} was refused: {error}"
-        except (OSError, ValueError):
-            return None, "the manifest was truncated or not JSON"
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-            return None, "the manifest was not a JSON object with files"
-        if manifest.get("format") != FORMAT or manifest.get("key") != key:
+        problem = _manifest_problem(manifest)
+        if problem:
+            return None, f"the manifest {MANIFEST} was refused: {problem}"
+        if manifest["format"] != FORMAT or manifest["key"] != key:
             return None, "the manifest was another format or key"
         for name, record in manifest["files"].items():
             try:
@@ -172,10 +168,7 @@ class CompileCache:
                 return None, f"file {name} was refused: {error}"
             except OSError:
                 found = None
-            if not isinstance(record, dict) or found != (
-                record.get("nbytes"),
-                record.get("sha256"),
-            ):
+            if found != (record["nbytes"], record["sha256"]):
                 return None, f"file {name} was missing or changed"
         return manifest, None
 
@@ -325,7 +318,11 @@ class CompileCache:
             if child.is_symlink():
                 continue
             if child.is_dir() and _KEY.match(child.name) and self._owned(child):
-                shutil.rmtree(child)
+                # out of sight first: Ctrl-C mid-removal leaves no half entry under its key
+                aside = child.parent / f".{child.name[:12]}-removing"
+                (child / STAGING_MARK).touch()  # what lets a later clear finish the job
+                os.rename(child, aside)
+                shutil.rmtree(aside)
                 removed += 1
             elif child.is_dir() and (child / STAGING_MARK).is_file() and child.name.startswith("."):
                 shutil.rmtree(child)

@@ -1,43 +1,35 @@
-"""MLIR of a program, built on `iron.design.to_mlir`: one ``aie.device``
-per distinct design and a ``main`` device whose runtime sequence, step by
-step, configures that device (once for consecutive steps on one device) and
-runs its sequence on views of the consolidated arguments (input, output,
-scratch, and trace when traced), the way IRON fuses a sequence into one
-full ELF.
+"""MLIR of a program, composed of `iron.design.device_block`s: one
+``aie.device`` per distinct design and a ``main`` device whose runtime
+sequence, step by step, configures that device (once for consecutive steps
+on one device) and runs its sequence on views of the consolidated arguments
+(input, output, scratch, and trace when traced), the way IRON fuses a
+sequence into one full ELF.
 
-The rewrite of each design's own MLIR, and why:
+What each design's block is given, and why:
 
-- the device is renamed from ``main`` to its block name
-  (``<Operator>_<digest[:8]>``);
-- its ``aiex.npu.load_pdi`` is dropped: a child that loads its own PDI
+- its device symbol, ``<Operator>_<digest[:8]>``;
+- no ``aiex.npu.load_pdi`` of its own: a child that loads its own PDI
   fights the fusion's PDI switching and the NPU hangs with
   ERT_CMD_STATE_TIMEOUT (IRON generates children with full-ELF off for
-  this reason);
-- its scratchpad parameters are hoisted to module scope as the program's
-  words ``@w<i>``, synced once by ``main``; a parameter bound to a constant
-  becomes that constant (in a transfer's offset, part of the static offset);
-- its kernel objects keep their names unless another design builds an
+  this reason); nor its own scratchpad sync, which ``main`` does once;
+- its scratchpad parameters bound to the program's words ``@w<i>``,
+  declared at module scope; a parameter bound to a constant becomes that
+  constant (in a transfer's offset, part of the static offset);
+- its kernel objects under their own names unless another design builds an
   object of that name differently (one symbol compiled with per-size
   defines): then each build gets its own name (`object_names`).
+
+The blocks come as structured values; nothing here reads or edits MLIR text.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 
-from iron.design import Design, to_mlir
-from iron.design.mlir import kernel_objects
+from iron.design import Design
+from iron.design.mlir import DeviceBlock, device_block, kernel_objects
 from iron.dispatch.program import ARGUMENTS, FusionError, Program, ProgramStep
-
-_DEVICE = re.compile(r"^(\s*)aie\.device\((\w+)\) @main \{$")
-_ARCH = re.compile(r"aie\.device\((\w+)\)")
-_READ = re.compile(r"^(\s*)(%\S+) = aiex\.read_scratchpad_parameter @(\w+) : i32$")
-_SEQUENCE = re.compile(r"aie\.runtime_sequence @sequence\((.*)\) \{")
-_ARGUMENT_TYPE = re.compile(r"%arg\d+: (memref<[^>]*>)")
-_OFFSET_PARAMETER = re.compile(r"offset = (\d+)(.*) \{offset_parameter = @(\w+)\}$")
-_LINK_WITH = re.compile(r'link_with = "([^"]+)"')
 
 
 def object_names(designs: Mapping[str, Design]) -> dict[tuple[str, str], str]:
@@ -82,46 +74,16 @@ def child(
     name: str,
     bindings: dict[str, tuple[int, int]],
     objects: Mapping[str, str] | None = None,
-) -> tuple[str, list[str]]:
-    """The design's device block, renamed and rewritten for fusion, and its
-    sequence's argument types. `objects` renames the kernel objects it links."""
-    lines = to_mlir(design).splitlines()[1:-1]  # inside `module { ... }`
-    out = []
-    for line in lines:
-        if objects and (link := _LINK_WITH.search(line)):
-            line = line.replace(link.group(0), f'link_with = "{objects[link.group(1)]}"')
-        patched = _OFFSET_PARAMETER.search(line)
-        if patched:
-            static, rest, parameter = patched.groups()
-            word, constant = bindings[parameter]
-            line = line[: patched.start()] + (
-                f"offset = {static}{rest} {{offset_parameter = @w{word}}}"
-                if word >= 0
-                else f"offset = {int(static) + constant}{rest}"
-            )
-        stripped = line.strip()
-        if stripped.startswith(("aiex.scratchpad_parameter", "aiex.npu.load_pdi")):
-            continue
-        if stripped == "aiex.sync_scratchpad_parameters_from_host":
-            continue  # main syncs once for every block
-        device = _DEVICE.match(line)
-        if device:
-            out.append(f"{device.group(1)}aie.device({device.group(2)}) @{name} {{")
-            continue
-        read = _READ.match(line)
-        if read:
-            indent, value, parameter = read.groups()
-            word, constant = bindings[parameter]
-            out.append(
-                f"{indent}{value} = aiex.read_scratchpad_parameter @w{word} : i32"
-                if word >= 0
-                else f"{indent}{value} = arith.constant {constant} : i32"
-            )
-            continue
-        out.append(line)
-    text = "\n".join(out)
-    signature = _SEQUENCE.search(text)
-    return text, _ARGUMENT_TYPE.findall(signature.group(1)) if signature else []
+) -> DeviceBlock:
+    """The design's device block for fusion: named `name`, its parameters
+    bound as `bindings` says ((word, constant): the program's word ``@w<word>``,
+    or the constant where word is -1), its kernel objects renamed by
+    `objects`, loading no PDI of its own."""
+    params = {
+        parameter: f"w{word}" if word >= 0 else constant
+        for parameter, (word, constant) in bindings.items()
+    }
+    return device_block(design, symbol=name, params=params, objects=objects, load_pdi=False)
 
 
 def _run_lines(step: ProgramStep, types: list[str], sizes: tuple[int, ...]) -> list[str]:
@@ -175,9 +137,10 @@ def program_mlir(program: Program, designs: dict[str, Design]) -> str:
     children, types, arch = [], {}, None
     for name, digest in program.devices.items():
         linked = {original: fused for (d, original), fused in objects.items() if d == digest}
-        text, types[name] = child(designs[digest], name, bindings.get(name, {}), linked)
-        arch = arch or _ARCH.search(text).group(1)
-        children.append(text)
+        block = child(designs[digest], name, bindings.get(name, {}), linked)
+        types[name] = block.argument_types
+        arch = arch or block.device
+        children.append(block.text)
     arguments = ", ".join(
         f"%{ARGUMENTS[i]}: memref<{max(1, n)}xi8>" for i, n in enumerate(program.sizes)
     )

@@ -106,7 +106,8 @@ class Version:
     @property
     def trace(self) -> bytes:
         """The trace buffer after the last call (empty unless traced); the
-        simulated device's records read with `iron.dispatch.sim_xrt.read_trace`."""
+        simulated device's records read with `iron.dispatch.sim_xrt.read_trace`,
+        or as Chrome trace-event JSON with `iron.dispatch.pictures.chrome_trace`."""
         return getattr(self.executable, "trace", b"")
 
     def __call__(self, arrays, values):
@@ -300,6 +301,14 @@ class GraphFunction:
             if self.poison:
                 self.residents.check_weights()
             return version(arrays, values)
+
+    def plan_svg(self, path=None, **options) -> str:
+        """The arena as an SVG picture: every version's steps end to end,
+        weights, states and transients coloured (`iron.dispatch.pictures`)."""
+        from iron.dispatch.pictures import plan_svg
+
+        with self._lock:
+            return plan_svg(self, path, **options)
 
     def design_summary(self) -> str:
         """Over every version: how many steps run designs on the device and

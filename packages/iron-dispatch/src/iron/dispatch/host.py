@@ -136,7 +136,7 @@ class HostKernels:
             warm_up = getattr(loaded, "warm_up", None)
             if callable(warm_up):
                 report = warm_up(doing) if _takes_status(warm_up) else warm_up()
-                log.info("host kernels of %s ready: %s", module, report)
+                log.info("host kernels of %s ready%s", module, _described(report))
         except BaseException as error:  # raised again in the thread that waits for it
             future.set_exception(error)
         else:
@@ -187,3 +187,15 @@ def _takes_status(fn: Callable) -> bool:
         return len(inspect.signature(fn).parameters) > 0
     except (TypeError, ValueError):
         return False
+
+
+def _described(info) -> str:
+    """What a kernel module's `warm_up` said, as a log reads: `in 0.83 s
+    (compiled 0, threads 2)`, never a raw dict."""
+    if not isinstance(info, dict):
+        return "" if info is None else f": {info}"
+    rest = dict(info)
+    seconds = rest.pop("seconds", None)
+    took = f" in {seconds:.2f} s" if isinstance(seconds, (int, float)) else ""
+    details = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in rest.items())
+    return took + (f" ({details})" if details else "")

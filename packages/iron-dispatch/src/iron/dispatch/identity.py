@@ -16,6 +16,7 @@ from pathlib import Path
 
 import iron.alloc
 import iron.core
+import iron.core.files
 import iron.design
 from iron.dispatch.layout import Layout
 from iron.dispatch.runlist import Runlist
@@ -46,7 +47,7 @@ class Sources:
         stat = os.stat(path)
         key = (str(path), stat.st_mtime_ns, stat.st_size)
         if key not in self._digests:
-            self._digests[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            self._digests[key] = hashlib.sha256(iron.core.files.read_bytes(path)).hexdigest()
         return self._digests[key]
 
     def project_digest(self) -> str:

@@ -29,6 +29,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from iron.core import files
 from iron.design import Design, ToolchainError, aiecc_command
 from iron.design.aiecc import PEANO_FLAGS, Toolchain, kernel_commands, kernel_inputs
 from iron.design.mlir import kernel_objects
@@ -229,8 +230,8 @@ def matches(entry: Path, image: Image) -> bool:
     is checked, not trusted (its checksums only say it is the file written)."""
     try:
         return all(
-            (entry / f"program{i}.json").read_text() == p.to_json()
+            files.read_text(entry / f"program{i}.json", follow_links=False) == p.to_json()
             for i, p in enumerate(image.programs)
         )
-    except (OSError, UnicodeDecodeError):
+    except (OSError, ValueError):  # missing, not a regular file, not UTF-8
         return False

@@ -21,7 +21,8 @@ def iron_register_backends(register):
     register(
         "sim",
         "iron.dispatch.backends.sim:SimBackend",
-        summary="a simulated NPU: device memory, granule syncs, parameter scratchpad",
+        summary="a simulated NPU on this CPU: each design run by IRON's functional simulator "
+        "(device memory, granule syncs, scratchpad); right bytes, not an NPU's speed",
         priority=50,
     )
     register(

@@ -18,7 +18,7 @@ import json
 
 import attrs
 
-from iron.core import Operator, dtype_name
+from iron.core import Operator, dtype_name, files
 from iron.design import Design, design_of, has_design
 from iron.design.model import element_type
 from iron.dispatch.identity import digest
@@ -75,34 +75,68 @@ class Program:
         return json.dumps(data, separators=(",", ":"))
 
     @staticmethod
-    def from_json(text: str) -> Program:
-        """A program read back; anything but a program's JSON is a ValueError."""
-        try:
-            data = json.loads(text)
-            steps = tuple(
-                ProgramStep(
-                    **{
-                        **s,
-                        "args": tuple(
-                            (a, o, n, d, tuple(shape)) for a, o, n, d, shape in s["args"]
-                        ),
-                        "reads": tuple(s["reads"]),
-                        "writes": tuple(s["writes"]),
-                        "params": tuple(tuple(p) for p in s["params"]),
-                    }
-                )
-                for s in data["steps"]
-            )
-            return Program(
-                **{
-                    **data,
-                    "steps": steps,
-                    "sizes": tuple(data["sizes"]),
-                    "words": tuple(data["words"]),
-                }
-            )
-        except (TypeError, KeyError, ValueError, AttributeError) as error:
-            raise ValueError(f"not an IRON program ({type(error).__name__}: {error})") from None
+    def from_json(text: str | bytes, where: str = "program") -> Program:
+        """A program read back; anything but a program's JSON (not JSON, a
+        key twice, a field missing, unknown or of the wrong JSON type) is a
+        ValueError naming `where` (the file) and the field."""
+        data = files.parse_json(text, where)
+        _fields(where, "", data, [f.name for f in attrs.fields(Program)], ["trace_size"])
+        for field in ("name", "device"):
+            files.expect(where, field, data[field], "a string")
+        files.expect(where, "trace_size", data.get("trace_size", 0), "an integer")
+        sizes, words = (
+            _integers(where, "sizes", data["sizes"]),
+            _integers(where, "words", data["words"]),
+        )
+        steps = [
+            _step(where, f"steps[{i}]", s)
+            for i, s in enumerate(files.expect(where, "steps", data["steps"], "an array"))
+        ]
+        return Program(**{**data, "steps": tuple(steps), "sizes": sizes, "words": words})
+
+
+def _fields(where: str, at: str, data, names: list[str], optional=()) -> None:
+    files.expect(where, at or "the program", data, "an object")
+    missing = [n for n in names if n not in data and n not in optional]
+    unknown = [n for n in data if n not in names]
+    if missing or unknown:
+        raise ValueError(
+            f"{where}: {at or 'the program'}: not an IRON program's "
+            f"(missing {missing or 'nothing'}, unknown {unknown or 'nothing'})"
+        )
+
+
+def _integers(where: str, field: str, value) -> tuple[int, ...]:
+    files.expect(where, field, value, "an array")
+    return tuple(files.expect(where, f"{field}[{i}]", v, "an integer") for i, v in enumerate(value))
+
+
+def _step(where: str, at: str, data) -> ProgramStep:
+    _fields(where, at, data, [f.name for f in attrs.fields(ProgramStep)])
+    files.expect(where, f"{at}.index", data["index"], "an integer")
+    files.expect(where, f"{at}.operator", data["operator"], "a string")
+    for field in ("device", "digest", "host"):
+        files.expect(where, f"{at}.{field}", data[field], "a string", "null")
+    args = []
+    for i, view in enumerate(files.expect(where, f"{at}.args", data["args"], "an array")):
+        field = f"{at}.args[{i}]"
+        if not isinstance(view, list) or len(view) != 5:
+            raise ValueError(f"{where}: {field}: an array of argument, offset, bytes, dtype, shape")
+        argument, offset, nbytes = _integers(where, field, view[:3])
+        dtype = files.expect(where, f"{field}[3]", view[3], "a string")
+        args.append((argument, offset, nbytes, dtype, _integers(where, f"{field}[4]", view[4])))
+    params = []
+    for i, param in enumerate(files.expect(where, f"{at}.params", data["params"], "an array")):
+        field = f"{at}.params[{i}]"
+        if not isinstance(param, list) or len(param) != 3:
+            raise ValueError(f"{where}: {field}: an array of name, word, constant")
+        name = files.expect(where, f"{field}[0]", param[0], "a string")
+        params.append((name, *_integers(where, field, param[1:])))
+    return ProgramStep(
+        **{**data, "args": tuple(args), "params": tuple(params),
+           "reads": _integers(where, f"{at}.reads", data["reads"]),
+           "writes": _integers(where, f"{at}.writes", data["writes"])}
+    )  # fmt: skip
 
 
 def device_name(op: Operator, design_digest: str) -> str:

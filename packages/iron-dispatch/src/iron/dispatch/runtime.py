@@ -22,7 +22,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from iron.core import Device, compare
+from iron.core import Device, compare, files
 from iron.design import ELF_KERNEL
 from iron.dispatch.executable import StepReport, evaluate, kernel
 from iron.dispatch.image import Image
@@ -38,11 +38,16 @@ def scratchpad_layout(elf: str) -> dict[str, tuple[int, int]]:
     by 2 (mlir-aie runtime_lib/test_lib/parameter_scratchpad.h). None there
     (the simulated device's programs): word i at index i."""
     path = Path(elf).with_suffix(".params.txt")
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return {}
     layout = {}
-    for line in path.read_text().splitlines()[1:]:
-        name, index, _, kind = line.split()
+    for number, line in enumerate(files.read_text(path).splitlines()[1:], start=2):
+        fields = line.split()
+        if len(fields) != 4 or not fields[1].isdigit():
+            raise ValueError(f"{path}: line {number}: not `<name> <index> <type> <kind>`")
+        name, index, _, kind = fields
+        if name in layout:
+            raise ValueError(f"{path}: line {number}: parameter {name} appears twice")
         layout[name] = (int(index), 2 if kind == "core" else 0)
     return layout
 

@@ -54,8 +54,8 @@ class Session:
         if name is None:
             name = settings.current().backend
             if name != "auto" and name not in registry.backends():
-                raise KeyError(
-                    f"IRON_BACKEND={name!r} is not a registered backend "
+                raise settings.SettingsError(
+                    f"IRON_BACKEND={name!r}: not a registered backend "
                     f"(registered: {', '.join(sorted(registry.backends())) or 'none'}; or auto)"
                 )
         return self._instance(self.auto_choice()[0] if name == "auto" else name)

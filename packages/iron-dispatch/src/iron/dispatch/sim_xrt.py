@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from iron.alloc import align_up
-from iron.core import IN, OUT, Device, as_dtype, registry
+from iron.core import IN, OUT, Device, as_dtype, files, registry
 from iron.design import Design, simulate
 from iron.design.aiecc import ELF_KERNEL
 from iron.dispatch.cache import read_json
@@ -110,7 +110,7 @@ class Library:
                 f"program {program.name}: its entry has no readable {OPERATORS} ({error})"
             ) from None
         for name, is_design in wanted:
-            op = _rebuilt(program.name, name, records.get(name))
+            op = _rebuilt(program.name, entry / OPERATORS, name, records.get(name))
             if is_design:
                 design = step_design(op, f"program {program.name}")
                 if design is None or design.digest() != name:
@@ -225,12 +225,24 @@ class SimRun:
         return COMPLETED
 
 
-def _rebuilt(program: str, name: str, record):
-    """The operator of an entry's record, its class found among the
-    registered operators' (never imported by a name from a file)."""
-    if not isinstance(record, dict) or not isinstance(record.get("params"), dict):
-        raise RuntimeError(f"program {program}: no operator record for {name}")
-    target = record.get("class")
+def _rebuilt(program: str, path: Path, name: str, record):
+    """The operator of an entry's record (in the file `path`), each field's
+    JSON type checked, its class found among the registered operators'
+    (never imported by a name from a file)."""
+    if record is None:
+        raise RuntimeError(f"program {program}: {path} has no operator record for {name}")
+    try:
+        files.expect(path, name, record, "an object")
+        target = files.expect(path, f"{name}.class", record.get("class"), "a string")
+        params = files.expect(path, f"{name}.params", record.get("params"), "an object")
+        device = files.expect(path, f"{name}.device", record.get("device"), "an array", "null")
+        if device is not None:
+            if len(device) != 2:
+                raise ValueError(f"{path}: {name}.device: an array of a name and columns")
+            files.expect(path, f"{name}.device[0]", device[0], "a string")
+            files.expect(path, f"{name}.device[1]", device[1], "an integer")
+    except ValueError as error:
+        raise RuntimeError(f"program {program}: {error}") from None
     found = [e for e in registry.operators() if e.target == target]
     if not found:
         raise RuntimeError(
@@ -238,9 +250,9 @@ def _rebuilt(program: str, name: str, record):
             "registers, so this process cannot rebuild it (the process that compiled the "
             "program can run it)"
         )
-    op = found[0].load().from_data(record["params"])
-    if record.get("device") is not None:
-        op = op.resolve(Device.from_name(*record["device"]))
+    op = found[0].load().from_data(params)
+    if device is not None:
+        op = op.resolve(Device.from_name(*device))
     return op
 
 
@@ -279,7 +291,9 @@ class SimulatedXrt:
         return self._devices[index]
 
     def elf(self, path) -> Program:
-        program = Program.from_json(Path(path).read_text())
+        """The program in `path`: a regular file (a FIFO or a device is
+        refused unopened) holding a program's JSON, each field checked."""
+        program = Program.from_json(files.read_bytes(path), str(path))
         self.library.load(program, Path(path).parent)
         return program
 

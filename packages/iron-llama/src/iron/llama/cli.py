@@ -42,6 +42,7 @@ APP = App(
     describe=_describe,
     real_model="For Llama 3.2 1B: iron-llama generate --model DIR --prompt TEXT (see the README).",
     model_help="a Hugging Face Llama directory: config.json, model.safetensors, tokenizer.json",
+    distribution="iron-npu-llama",
 )
 
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iron.core.files import read_json
 from iron.lm.config import ConfigError, in_file, token_ids
 from iron.lm.config import is_number as _is_number
 from iron.lm.config import require as _require
-from iron.lm.files import read_json
 
 __all__ = ["ConfigError", "Llama3RopeScaling", "LlamaConfig"]
 

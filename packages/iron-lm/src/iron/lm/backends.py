@@ -1,38 +1,16 @@
 """Which backend a model runs on, and the ``IRON_*`` settings that decide
 it, checked before any work: a value no backend or device answers to is a
-`SettingsError` naming the variable, not a KeyError deep in a compile."""
+`SettingsError` naming the variable, not a KeyError deep in a compile
+(iron-core's `registry.checked_settings`, which every `iron` command asks too)."""
 
 from __future__ import annotations
 
-from iron.core import registry, settings
+from iron.core import registry
+from iron.core.registry import checked_settings
+from iron.core.settings import SettingsError
 from iron.dispatch.selection import get_backend
 
-
-class SettingsError(ValueError):
-    """An ``IRON_*`` environment variable holds a value no one can use."""
-
-
-def checked_settings() -> settings.Settings:
-    """The process's settings, every value this package depends on checked:
-    flags are 0 or 1, ``IRON_BACKEND`` is "auto" or a registered backend,
-    ``IRON_DEVICE`` a registered device."""
-    try:
-        current = settings.current()
-    except ValueError as error:  # a flag that is not 0 or 1, named by iron-core
-        raise SettingsError(str(error)) from None
-    backends = sorted(registry.backends())
-    if current.backend != "auto" and current.backend not in backends:
-        raise SettingsError(
-            f"IRON_BACKEND={current.backend!r}: not a registered backend "
-            f"(registered: {', '.join(backends) or 'none'}; or auto)"
-        )
-    devices = sorted(registry.devices())
-    if current.device not in devices:
-        raise SettingsError(
-            f"IRON_DEVICE={current.device!r}: not a registered device "
-            f"(registered: {', '.join(devices)})"
-        )
-    return current
+__all__ = ["SettingsError", "checked_settings", "choose_backend"]
 
 
 def choose_backend(backend: str) -> str | None:

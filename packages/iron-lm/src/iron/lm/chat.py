@@ -26,7 +26,7 @@ import jinja2.ext
 import jinja2.sandbox
 from jinja2 import nodes
 
-from iron.lm.files import read_text
+from iron.core.files import read_text
 
 #: the file newer checkpoints keep their template in, beside tokenizer_config.json
 TEMPLATE_FILE = "chat_template.jinja"

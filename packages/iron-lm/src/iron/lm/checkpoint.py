@@ -38,7 +38,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from iron.lm.files import open_regular, read_json
+from iron.core.files import open_regular, parse_json, read_json
 
 DTYPES: dict[str, np.dtype] = {
     name: np.dtype(dtype)
@@ -226,19 +226,7 @@ def _parse_header(
         )
     where = f"{path}: header at bytes [8, {8 + length})"
 
-    def unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
-        names = [name for name, _ in pairs]
-        if len(set(names)) != len(names):
-            twice = next(name for name in names if names.count(name) > 1)
-            raise CheckpointError(f"{where} names {twice!r} twice")
-        return dict(pairs)
-
-    try:
-        header = json.loads(bytes(data[8 : 8 + length]), object_pairs_hook=unique)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{where} is not valid JSON: {error}") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{where} must be a JSON object, got {type(header).__name__}")
+    header = parse_json(bytes(data[8 : 8 + length]), where, CheckpointError)
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict):
         raise CheckpointError(f"{where}: __metadata__ must be an object")

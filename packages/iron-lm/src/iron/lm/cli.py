@@ -28,14 +28,16 @@ from typing import Any
 
 from tqdm import tqdm
 
-from iron.core.terminal import stdout_closed
+# iron-core's one escaper: an ESC or CSI drawn by a random model, or in a file
+# name or a prompt, is shown as \x1b, never sent to the terminal
+from iron.core.terminal import INTERRUPTED, printable, stdout_closed
 from iron.dispatch import BackendUnavailable, cache_home
 from iron.dispatch.backends.cpu import host_modules
 from iron.dispatch.host import warm_elsewhere
 from iron.dispatch.selection import backend_names, get_backend
 from iron.lm.backends import checked_settings
 from iron.lm.checks import AccuracyBounds, check_accuracy, check_determinism
-from iron.lm.generation import NonFiniteLogits, check_fits, complete
+from iron.lm.generation import Completion, NonFiniteLogits, check_fits, complete
 from iron.lm.model import GraphModel, progress_bar, status_line
 from iron.lm.protocols import CausalLM
 from iron.lm.sampling import Sampler
@@ -44,8 +46,13 @@ from iron.lm.tokenizer import Tokenizer
 
 DEMO_PROMPT = "Iron is the fourth most common element"
 DEMO_SEED = 0
-#: the status a shell reports for a program ended by SIGINT (128 + 2)
-INTERRUPTED = 130
+#: the demo's column heads: what each backend's figures measure
+DEMO_LABELS = {
+    "sim": "sim: NPU designs simulated on this CPU (not NPU speed)",
+    "cpu": "cpu: host kernels on this CPU",
+    "reference": "reference: numpy on this CPU",
+    "npu": "npu: the NPU",
+}
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,9 @@ class ModelFlag:
 
 @dataclass(frozen=True)
 class App:
-    """One model app's command line. `name` is the console script and the
-    distribution; `model` its `GraphModel`; `oracle(dir)` its float32
+    """One model app's command line. `name` is the console script and
+    `distribution` the distribution it ships in (its version is shown;
+    default: none); `model` its `GraphModel`; `oracle(dir)` its float32
     oracle as a `CausalLM`; `describe(config)` says what a synthetic model
     is ("a tiny synthetic Llama (2 layers, ...)"); `real_model` how to run
     a real checkpoint (one line); `model_help` what --model must hold;
@@ -96,6 +104,7 @@ class App:
     model_help: str
     demo_model: str = "tiny"
     model_flags: Sequence[ModelFlag] = ()
+    distribution: str | None = None
 
     def demo_dir(self) -> Path:
         """Where `demo` keeps its synthetic model."""
@@ -108,21 +117,6 @@ class App:
         return _main(self, argv)
 
 
-def printable(text: str) -> str:
-    """`text` with control characters other than newline and tab shown, not
-    sent (an ESC or CSI drawn by a random model, or in a file name, must
-    not reach the terminal as an escape sequence): C0 and DEL as their
-    Unicode control pictures, C1 as the replacement character."""
-
-    def shown(c: str) -> str:
-        code = ord(c)
-        if c in "\n\t" or 0x20 <= code < 0x7F or code > 0x9F:
-            return c
-        return chr(0x2400 + code) if code < 0x20 else "\u2421" if code == 0x7F else "\ufffd"
-
-    return "".join(map(shown, text))
-
-
 # ---- commands ----
 
 
@@ -133,8 +127,7 @@ def _generate(app: App, args: argparse.Namespace) -> int:
     sampler = _sampler(args)
     ids = Tokenizer.from_pretrained(args.model).prompt(text)
     model = _load(app, args, len(ids), args.num_tokens)
-    print(printable(text), end="", flush=True)
-    _stream(model, ids, args.num_tokens, sampler, stop_strings=args.stop)
+    _stream(model, ids, args.num_tokens, sampler, stop_strings=args.stop, prefix=text)
     print(model.metrics.table(), file=sys.stderr)
     return 0
 
@@ -182,7 +175,7 @@ def _chat(app: App, args: argparse.Namespace) -> int:
             )
             continue
         reply = _stream(model, ids, min(args.num_tokens, room), sampler)
-        messages.append({"role": "assistant", "content": reply})
+        messages.append({"role": "assistant", "content": reply.text})
 
 
 def _serve(app: App, args: argparse.Namespace) -> int:
@@ -211,7 +204,7 @@ def _check_accuracy(app: App, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**about, **report.to_dict()}))
     else:
-        print(f"{args.model}: {len(ids)} prompt tokens, backend {model.metrics.backend}")
+        print(printable(f"{args.model}: {len(ids)} prompt tokens, backend {model.metrics.backend}"))
         print(report.summary())
     return 0 if report.passed else 1
 
@@ -226,45 +219,59 @@ def _check_determinism(app: App, args: argparse.Namespace) -> int:
         about = {"model": str(args.model), "prompt_tokens": sizes, "backend": model.metrics.backend}
         print(json.dumps({**about, **report.to_dict()}))
     else:
-        print(f"{args.model}: prompts of {sizes} tokens, backend {model.metrics.backend}")
+        print(
+            printable(f"{args.model}: prompts of {sizes} tokens, backend {model.metrics.backend}")
+        )
         print(report.summary())
     return 0 if report.passed else 1
 
 
 def _demo(app: App, args: argparse.Namespace) -> int:
-    directory = app.demo_dir()
-    synthetic = app.synthetic
-    config = synthetic.config("tiny", None)
-    with _bar(len(synthetic.tensor_names(config)), "writing", args) as bar:
-        written = synthetic.ensure(
-            directory, "tiny", seed=DEMO_SEED, progress=lambda _: bar.update()
-        )
-    print(
-        f"{app.name} demo: {app.describe(config)} with a real BPE tokenizer, "
-        f"{'written to' if written else 'cached in'} {directory}.\n"
-        f"Its weights are random (seed {DEMO_SEED}): the text is gibberish by design. The "
-        "numbers are the point: the IRON graph against the float32 oracle.\n"
-        f"{app.real_model}\n"
-    )
     # the demo shows the device path: auto is iron-dispatch's (the npu, else sim)
     backend = get_backend(None).name if args.backend == "auto" else args.backend
+    ok, why = get_backend(backend).available()
+    if not ok:  # refused before anything is printed or written
+        raise BackendUnavailable(f"backend {backend!r} is not available here: {why}")
+    directory = app.demo_dir()
+    config = app.synthetic.config("tiny", None)
+    print(
+        f"{app.name} demo: {app.describe(config)} with a real BPE tokenizer, in {printable(str(directory))}.\n"
+        f"Its weights are random (seed {DEMO_SEED}): the text is gibberish by design. What "
+        "counts is that the graph agrees with the float32 oracle (the check at the end).\n"
+        + (
+            "sim is the device path without an NPU: every step's NPU design runs in IRON's "
+            "functional simulator on this CPU. It proves the designs compute the right bytes; "
+            "its speed is the simulator's, not an NPU's.\n"
+            if backend == "sim"
+            else ""
+        )
+        + f"{app.real_model}\n"
+    )
+    _ensure_demo_model(app, args)
+    _status(app, f"{backend}: compiling the graph and uploading the weights")
     model = app.model.from_pretrained(directory, backend=backend, progress=_progress(args))
     # the cpu column's kernels compile (first run) or load on the other core meanwhile
     ahead = warm_elsewhere(host_modules(model.forward)) if backend != "cpu" else None
-    print(DEMO_PROMPT, end="", flush=True)
-    # random weights: an end-of-text token means nothing, so it does not stop the demo
     ids = model.tokenizer.prompt(DEMO_PROMPT)
-    _stream(model, ids, args.num_tokens, Sampler(seed=args.seed), stop_tokens=())
-    print()
+    _status(app, f"{backend}: {args.num_tokens} tokens, streamed as they come")
+    # random weights: an end-of-text token means nothing, so it does not stop the demo
+    sampler = Sampler(seed=args.seed)
+    drawn = _stream(model, ids, args.num_tokens, sampler, stop_tokens=(), prefix=DEMO_PROMPT)
     measured = [model.metrics]
     if backend != "cpu":  # beside it, the same generation with the host kernels
         _wait_for(ahead, "host kernels", "JIT compiling in a second process", args)
+        _status(app, "cpu: loading the host kernels (compiled once, then cached) and the weights")
         host = app.model.from_pretrained(directory, backend="cpu", progress=_progress(args))
-        host.generate(ids, args.num_tokens, Sampler(seed=args.seed), stop_tokens=())
+        _status(app, f"cpu: {args.num_tokens} tokens from the same prompt and seed")
+        tokens = host.generate(ids, args.num_tokens, Sampler(seed=args.seed), stop_tokens=())
+        print(printable(DEMO_PROMPT + host.tokenizer.decode(tokens)))
+        print(_agreement(backend, drawn.tokens, tokens))
         measured.append(host.metrics)
-    print(side_by_side(measured))
+    print()
+    print(side_by_side(measured, [DEMO_LABELS.get(m.backend, m.backend) for m in measured]))
     print()
     prompt = model.tokenizer.prompt(paragraphs()[0])
+    _status(app, f"accuracy: 40 teacher-forced steps of {backend} against the float32 oracle")
     report = check_accuracy(app.oracle(directory), model, prompt)
     print(f"against the float32 oracle, from a {len(prompt)}-token prompt:")
     print(report.summary())
@@ -281,6 +288,66 @@ def _wait_for(process, label: str, doing: str, args: argparse.Namespace) -> None
             time.sleep(0.2)
 
 
+def _ensure_demo_model(app: App, args: argparse.Namespace) -> None:
+    """Write the demo's synthetic model unless the cache holds it whole."""
+    synthetic = app.synthetic
+    config = synthetic.config("tiny", None)
+    announced = False
+
+    def written(_) -> None:
+        nonlocal announced
+        if not announced:  # the first tensor: say what is being written
+            _status(app, f"writing the model into {app.demo_dir()} (once)")
+            announced = True
+        bar.update()
+
+    with _bar(len(synthetic.tensor_names(config)), "writing", args) as bar:
+        synthetic.ensure(app.demo_dir(), "tiny", seed=DEMO_SEED, progress=written)
+
+
+def _agreement(backend: str, tokens: Sequence[int], host: Sequence[int]) -> str:
+    """Whether the cpu run drew `backend`'s tokens, and where they part."""
+    if list(tokens) == list(host):
+        return f"cpu drew the same {len(host)} tokens as {backend}."
+    first = next(
+        (i for i, (a, b) in enumerate(zip(tokens, host)) if a != b), min(map(len, (tokens, host)))
+    )
+    why = (
+        f"{backend} rounds as the NPU's kernels do (on npu2 bf16 products go through bfp16 "
+        "blocks) where cpu rounds as the numpy references do"
+        if backend in ("sim", "npu")
+        else f"{backend} and cpu sum in float32 in other orders"
+    )
+    return (
+        f"cpu's tokens part from {backend}'s at token {first + 1} of {len(host)}: a sampled "
+        f"token can tip on a small difference of logits, and {why}; both stay within the "
+        "operators' tolerances."
+    )
+
+
+def _plan(app: App, args: argparse.Namespace) -> int:
+    directory = args.model
+    if directory is None:
+        _ensure_demo_model(app, args)
+        directory = app.demo_dir()
+    _status(app, f"compiling {directory}'s graph (its plan is the same on every backend)")
+    options = {flag.keyword: getattr(args, flag.keyword) for flag in app.model_flags}
+    model = app.model.from_pretrained(
+        directory,
+        backend="reference",
+        max_seq_len=args.max_seq_len,
+        progress=_progress(args),
+        **options,
+    )
+    forward = model.forward
+    forward.plan_svg(args.svg, title=f"{app.name}: {printable(str(directory))}, one arena")
+    print(printable(forward.summary()))
+    print(
+        f"wrote {printable(str(args.svg))}: time across, bytes up; weights, states and transients"
+    )
+    return 0
+
+
 def _make_synthetic(app: App, args: argparse.Namespace) -> int:
     synthetic = app.synthetic
     config = synthetic.config(args.preset, args.layers)  # bad arguments fail before any output
@@ -291,7 +358,8 @@ def _make_synthetic(app: App, args: argparse.Namespace) -> int:
     size = (Path(args.dir) / "model.safetensors").stat().st_size
     layers = config.num_hidden_layers
     print(
-        f"wrote a synthetic {args.preset} model (random weights, seed {args.seed}) to {args.dir}: "
+        f"wrote a synthetic {args.preset} model (random weights, seed {args.seed}) to "
+        f"{printable(str(args.dir))}: "
         f"{layers} layer{'s' * (layers != 1)}, hidden {config.hidden_size}, "
         f"vocab {config.vocab_size}, {size / 2**20:.1f} MiB of bf16 weights"
     )
@@ -330,21 +398,64 @@ def _stream(
     sampler: Sampler,
     stop_tokens: Sequence[int] | None = None,
     stop_strings: Sequence[str] = (),
-) -> str:
-    """Generate, printing each piece of text as its token is drawn; returns the text."""
-    completion = complete(
-        model,
-        model.tokenizer,
-        ids,
-        num_tokens,
-        sampler,
-        stop_tokens=model.eos_token_ids if stop_tokens is None else stop_tokens,
-        stop_strings=stop_strings or (),
-        on_text=lambda piece: print(printable(piece), end="", flush=True),
-        source=model.source,
-    )
-    print()
-    return completion.text
+    prefix: str = "",
+) -> Completion:
+    """Generate, printing `prefix` (the prompt's text) and then each piece
+    of text as its token is drawn; log records wait until the line ends."""
+    with held_logs():
+        print(printable(prefix), end="", flush=True)
+        completion = complete(
+            model,
+            model.tokenizer,
+            ids,
+            num_tokens,
+            sampler,
+            stop_tokens=model.eos_token_ids if stop_tokens is None else stop_tokens,
+            stop_strings=stop_strings or (),
+            on_text=lambda piece: print(printable(piece), end="", flush=True),
+            source=model.source,
+        )
+        print(flush=True)
+    return completion
+
+
+def _status(app: App, text: str) -> None:
+    """One line on stderr before a phase that may take a while, so a
+    terminal never sits silent (stdout flushed first, to keep the order)."""
+    sys.stdout.flush()
+    print(f"{app.name}: {text} ...", file=sys.stderr, flush=True)
+
+
+class HeldLogs(logging.StreamHandler):
+    """The command line's log handler (stderr): while text streams to the
+    terminal (`held_logs`), records wait and are written after the line."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        self.held: list[logging.LogRecord] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.held is not None:
+            self.held.append(record)
+        else:
+            super().emit(record)
+
+
+@contextlib.contextmanager
+def held_logs():
+    """Hold the records of the root logger's `HeldLogs` handlers while
+    the block runs, then write them."""
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, HeldLogs)]
+    for handler in handlers:
+        handler.held = []
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            held, handler.held = handler.held, None
+            for record in held:
+                handler.emit(record)
 
 
 def _read_prompt(path: Path) -> str:
@@ -359,9 +470,12 @@ def _read_prompt(path: Path) -> str:
         raise ValueError(f"--prompt-file {path}: cannot read: {error.strerror or error}") from None
 
 
-def side_by_side(measured: Sequence) -> str:
-    """`Metrics` of several runs as one text table, a column per run."""
+def side_by_side(measured: Sequence, labels: Sequence[str] | None = None) -> str:
+    """`Metrics` of several runs as one text table, a column per run, each
+    headed by its backend's name or by its label in `labels`."""
     columns = [m.rows() for m in measured]
+    for rows, label in zip(columns, labels or ()):
+        rows[0] = (rows[0][0], label)
     names = [name for name, _ in columns[0]]
     widths = [max(len(value) for _, value in rows) for rows in columns[:-1]]
     width = max(map(len, names))
@@ -417,7 +531,8 @@ def _version(app: App) -> str:
         except PackageNotFoundError:  # an app run from a source tree
             return dist
 
-    return f"{of(app.name)} ({of('iron-lm')})"
+    app_version = of(app.distribution) if app.distribution else app.name
+    return f"{app_version} ({of('iron-npu-lm')})"
 
 
 def _backend_option(parser: argparse.ArgumentParser) -> None:
@@ -583,6 +698,34 @@ def _parser(app: App) -> argparse.ArgumentParser:
     determinism.add_argument("--tokens", type=_positive, default=4, help="greedy tokens per run")
     _json_option(determinism)
 
+    plan = command(
+        "plan",
+        _plan,
+        "draw the graph's memory plan as an SVG picture",
+        "Compile the model's graph (every version it compiles ahead) and draw its one arena: "
+        "time across (each version's steps end to end), bytes up; weights, states (the KV "
+        "caches) and transients coloured. The plan is the same on every backend.",
+    )
+    plan.add_argument(
+        "-m",
+        "--model",
+        metavar="DIR",
+        type=Path,
+        help=f"{app.model_help} (default: the demo's synthetic model, written if missing)",
+    )
+    plan.add_argument("--svg", metavar="FILE", type=Path, required=True, help="the picture")
+    plan.add_argument(
+        "-c",
+        "--ctx-len",
+        "--max-seq-len",
+        dest="max_seq_len",
+        type=_positive,
+        metavar="N",
+        help="positions the KV caches hold (default: the model's choice)",
+    )
+    for flag in app.model_flags:
+        plan.add_argument(*flag.flags, dest=flag.keyword, **flag.options)
+
     make = command(
         "make-synthetic",
         _make_synthetic,
@@ -590,7 +733,9 @@ def _parser(app: App) -> argparse.ArgumentParser:
         "Write config.json, tokenizer.json and model.safetensors of a synthetic "
         "model (random bf16 weights from the seed) into DIR.",
     )
-    make.add_argument("dir", metavar="DIR", type=Path)
+    make.add_argument(
+        "dir", metavar="DIR", type=Path, help="the folder to write (new, empty or synthetic)"
+    )
     make.add_argument(
         "--preset", choices=sorted(app.synthetic.presets), default="tiny", help="the shapes"
     )
@@ -606,7 +751,7 @@ def _main(app: App, argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
         command = args.command
         if args.verbose:
-            logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+            logging.basicConfig(level=logging.INFO, handlers=[HeldLogs()], force=True)
         try:
             checked_settings()  # a bad IRON_* value: one line, before any work
             if getattr(args, "model", None) is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iron.lm.files import read_json
+from iron.core.files import read_json
 
 GENERATION_FILE = "generation_config.json"
 

@@ -17,9 +17,9 @@ from typing import Any
 import tokenizers
 from tokenizers.decoders import DecodeStream
 
+from iron.core.files import read_json, read_text
 from iron.lm.chat import ChatTemplate, ChatTemplateError
-from iron.lm.config import ConfigError, in_file, is_int, token_ids
-from iron.lm.files import read_json, read_text
+from iron.lm.config import ConfigError, in_file, is_int, require, token_ids
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -131,11 +131,13 @@ def _bos_from_config(path: Path) -> int | None:
     data = read_json(path, ConfigError)
 
     def read() -> int | None:
-        text = data.get("text_config")
-        text = text if isinstance(text, dict) else {}
+        text = data.get("text_config", {})
+        require("text_config", text, isinstance(text, dict), "must be an object")
         vocab = data.get("vocab_size", text.get("vocab_size"))
+        ok = vocab is None or (is_int(vocab) and vocab > 0)
+        require("vocab_size", vocab, ok, "must be a positive integer")
         bos = data.get("bos_token_id", text.get("bos_token_id"))
-        ids = token_ids("bos_token_id", bos, vocab if is_int(vocab) and vocab > 0 else None)
+        ids = token_ids("bos_token_id", bos, vocab)
         if len(ids) > 1:
             raise ConfigError(f"bos_token_id={bos!r}: must be one token id")
         return ids[0] if ids else None

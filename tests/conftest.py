@@ -1,0 +1,7 @@
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: takes more than a few seconds (run by the slow session)"
+    )
