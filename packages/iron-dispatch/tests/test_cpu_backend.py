@@ -169,6 +169,17 @@ def test_a_weight_held_in_place_is_read_where_it_lies_where_memory_is_the_hosts(
     got = [model(x, pos=pos) for x, pos in calls]
     assert [g.tobytes() for g in got] == [e.tobytes() for e in expected_outputs(w, calls)]
     assert arena[weight.offset : weight.offset + weight.nbytes].any() == (not unified)
+    # the arena grows (as for a larger version): bytes held in place are not copied over
+    # (the new arena's pages there stay untouched), marked bytes in the old arena show it
+    buffer = model.residents.memory.buffer
+    if unified:
+        arena[weight.offset : weight.offset + weight.nbytes] = 0xAB
+    buffer.grow(buffer.nbytes + 4096)
+    arena = buffer.host
+    assert arena[weight.offset : weight.offset + weight.nbytes].any() == (not unified)
+    model.write_state("cache", np.zeros((ROWS, N), bf16))
+    again = [model(x, pos=pos) for x, pos in calls]
+    assert [g.tobytes() for g in again] == [g.tobytes() for g in got]
 
     model.reload_weights("w")
     assert model.held_in_place() == []

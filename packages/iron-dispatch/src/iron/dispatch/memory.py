@@ -88,7 +88,8 @@ class DeviceBuffer:
             self.generation += 1
             return
         host = np.zeros(nbytes, np.uint8)
-        host[: self.nbytes] = self.host
+        for lo, hi in self._own_ranges():  # bytes held in place are not copied (nor touched)
+            host[lo:hi] = self.host[lo:hi]
         if not self.unified:
             device = np.zeros(nbytes, np.uint8)
             device[: self.nbytes] = self.device
@@ -115,6 +116,15 @@ class DeviceBuffer:
         """The bytes at `offset` are the buffer's own again (a copy is due)."""
         if self.mapped.pop(offset, None) is not None:
             self.generation += 1
+
+    def _own_ranges(self) -> list[tuple[int, int]]:
+        """The byte ranges this buffer holds itself: all but those held in place."""
+        ranges, at = [], 0
+        for start, held in sorted(self.mapped.items()):
+            ranges.append((at, start))
+            at = start + held.size
+        ranges.append((at, self.nbytes))
+        return [(lo, hi) for lo, hi in ranges if hi > lo]
 
     def typed(self, offset: int, nbytes: int, dtype, shape) -> np.ndarray:
         """A typed view of `nbytes` at `offset` of the device side: of the
