@@ -2,6 +2,8 @@
 elsewhere, the same bits as the reference backend for exact operators."""
 
 import logging
+import os
+import sys
 import threading
 
 import attrs
@@ -24,6 +26,7 @@ from dispatch_fakes import (
 from iron.core import bf16
 from iron.dispatch import Backend, get_backend, graph
 from iron.dispatch.backends import cpu
+from iron.dispatch.host import HostKernels, warm_elsewhere
 
 CALLS = [(4, 0, 21), (1, 4, 22), (1, 5, 23), (3, 6, 24)]  # rows, pos, seed: prefill then decodes
 
@@ -143,3 +146,106 @@ def test_kernel_modules_warm_up_in_the_background_and_load_waits_for_them(monkey
         assert [len(HOST_WRITES)] == WARM_UPS
     finally:
         WARM_UP_GATE.set()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference", "sim"])
+def test_a_weight_held_in_place_is_read_where_it_lies_where_memory_is_the_hosts(backend):
+    """A read-only weight (as a checkpoint's mapping hands it out) that
+    `in_place` accepts is not copied on a unified backend: the results are
+    the same bits, its arena bytes stay untouched, and reloading copies it."""
+    w = np.random.default_rng(11).standard_normal(N).astype(bf16)
+    mapped = w.copy()
+    mapped.flags.writeable = False
+    calls = [
+        (np.random.default_rng(s).standard_normal((n, N)).astype(bf16), p) for n, p, s in CALLS
+    ]
+    model = make_host_model(mapped, backend)
+    model.compile(((4, N), bf16))
+    assert model.load(in_place=lambda array: array is mapped) == w.nbytes
+    unified = model.backend.unified
+    assert model.held_in_place() == (["w"] if unified else [])
+    weight = model.residents.weights["w"]
+    arena = model.residents.memory.buffer.host
+    got = [model(x, pos=pos) for x, pos in calls]
+    assert [g.tobytes() for g in got] == [e.tobytes() for e in expected_outputs(w, calls)]
+    assert arena[weight.offset : weight.offset + weight.nbytes].any() == (not unified)
+    # the arena grows (as for a larger version): bytes held in place are not copied over
+    # (the new arena's pages there stay untouched), marked bytes in the old arena show it
+    buffer = model.residents.memory.buffer
+    if unified:
+        arena[weight.offset : weight.offset + weight.nbytes] = 0xAB
+    buffer.grow(buffer.nbytes + 4096)
+    arena = buffer.host
+    assert arena[weight.offset : weight.offset + weight.nbytes].any() == (not unified)
+    model.write_state("cache", np.zeros((ROWS, N), bf16))
+    again = [model(x, pos=pos) for x, pos in calls]
+    assert [g.tobytes() for g in again] == [g.tobytes() for g in got]
+
+    model.reload_weights("w")
+    assert model.held_in_place() == []
+    assert arena[weight.offset : weight.offset + weight.nbytes].tobytes() == w.tobytes()
+    model.write_state("cache", np.zeros((ROWS, N), bf16))
+    again = [model(x, pos=pos) for x, pos in calls]
+    assert [g.tobytes() for g in again] == [g.tobytes() for g in got]
+
+
+def test_load_refuses_an_in_place_rule_that_is_not_callable():
+    model = make_host_model(np.ones(N, bf16))
+    model.compile(((1, N), bf16))
+    with pytest.raises(TypeError, match="in_place must be callable or None"):
+        model.load(in_place=True)
+
+
+SLOW_JIT = """
+import threading
+
+GATE = threading.Event()
+
+
+def warm_up(status):
+    status("compiling kernels (1 of 1)")
+    assert GATE.wait(30)
+    return {}
+
+
+def kernel(op, x, y):
+    y[...] = x
+"""
+
+
+def test_waiting_for_a_kernel_module_hears_what_its_warm_up_is_doing(tmp_path, monkeypatch):
+    (tmp_path / "slow_jit.py").write_text(SLOW_JIT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kernels = HostKernels()
+    kernels.start("slow_jit:kernel")
+    heard = []
+
+    def status(text):
+        heard.append(text)
+        if text == "compiling kernels (1 of 1)":  # the warm-up has begun: let it end
+            sys.modules["slow_jit"].GATE.set()
+
+    kernels.wait("slow_jit:kernel", status)
+    assert heard[-1] == "compiling kernels (1 of 1)"
+    assert set(heard) <= {"importing slow_jit", "compiling kernels (1 of 1)"}
+    assert kernels.kernel("slow_jit:kernel") is sys.modules["slow_jit"].kernel
+    kernels.close()
+
+
+def test_host_modules_names_the_kernel_modules_of_a_compiled_function():
+    model = make_host_model(np.ones(N, bf16), backend="reference")  # any backend's versions
+    assert cpu.host_modules(model) == set()
+    model.compile(((1, N), bf16))
+    assert cpu.host_modules(model) == {"dispatch_fakes"}
+
+
+def test_warm_elsewhere_runs_each_warm_up_in_a_process_of_its_own(tmp_path, monkeypatch):
+    done = tmp_path / "warmed"
+    (tmp_path / "warm_probe.py").write_text(
+        f"import os\n\ndef warm_up():\n    open({str(done)!r}, 'w').write(str(os.getpid()))\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert warm_elsewhere([]) is None
+    process = warm_elsewhere(["warm_probe", "warm_probe"])
+    assert process.wait(timeout=60) == 0
+    assert int(done.read_text()) == process.pid != os.getpid()

@@ -1,7 +1,7 @@
 """Prefill and decode: the IRON graph on the cpu and reference backends against the float32 oracle.
 
 The 1b-shaped synthetic preset (Llama 3.2 1B's widths, heads and
-128256-token vocabulary; random weights) at 2 and 16 decoder layers: a
+128256-token vocabulary; random weights) at 4 and 16 decoder layers: a
 prefill of 128 tokens, then 32 decode steps. Every side is fed the same
 tokens (the oracle's greedy choices, teacher-forced), so the run also gives
 each backend's KL from the oracle at these shapes. Above 2 layers
@@ -11,14 +11,16 @@ and the KL is reference's from cpu. Each side runs in a
 fresh process, so its peak RSS (VmHWM) is its own.
 
 Decode is memory-bound: a token reads every weight once. The same run
-measures the bandwidth a 2-thread bf16 matrix-vector stream reaches here
-(the host GEMV kernel over a 512 MiB matrix, five samples before, between
-and after the sides: the limit is the median sample / weight bytes per
-token), and each graph side's share of it from pairs: after its measured
-steps, it decodes as many more, each followed by a stream sample, and the
-share is the median ratio of a step's weight bytes per second to the
-sample's rate. On a shared host, whatever runs beside slows both halves of
-a pair alike; a best stream against a mean token understated the share.
+measures the bandwidth a 2-thread read stream reaches here (the plainest
+streaming kernel: 64-bit words of a 512 MiB buffer folded by xor, which
+moves more bytes per second than any GEMV can; five samples before,
+between and after the sides: the limit is the median sample / weight
+bytes per token), and each graph side's share of it from pairs: after its
+measured steps, it decodes as many more, each followed by a stream
+sample, and the share is the median ratio of a step's weight bytes per
+second to the sample's rate. On a shared host, whatever runs beside slows
+both halves of a pair alike; a best stream against a mean token
+understated the share.
 
 Prefill is compute-bound: its GEMMs (the layers' projections at the
 prompt's rows) are nearly all its work. The same run measures the float32
@@ -26,6 +28,15 @@ sgemm rate numpy's BLAS reaches at those shapes (best of several, on every
 core) and reports the time to first token as a multiple of the floor that
 rate implies (GEMM flops / rate, the GEMMs alone): the cpu backend widens
 bf16 to float32 for sgemm, as a host without bf16 arithmetic must.
+
+`--llama-cpp PYTHON --gguf-converter PATH` adds llama.cpp (the peer people
+run these models with on a CPU) on 2 threads: llama-cpp-python on a bf16
+GGUF that llama.cpp's own converter (PATH: its convert_hf_to_gguf.py, of
+the llama.cpp llama-cpp-python was built from) makes once from the same
+checkpoint, beside it in the cache; run by `llama_side.py` with that
+interpreter, which has llama-cpp-python built from source with native
+flags and the converter's needs (see the README); the table then gives
+the cpu side's decode speed and time to first token as ratios to it.
 
 `--transformers PYTHON` adds transformers' `LlamaForCausalLM` (eager
 attention, bf16 and float32 weights) as two more sides, on the same
@@ -36,8 +47,9 @@ dependencies of iron-llama (e.g. a venv made with
 
     uv run --package iron-npu-llama python packages/iron-llama/benchmarks/decode.py [--write-readme]
     ... decode.py --quick           # the tiny preset, 16 prompt tokens, 4 steps: a smoke run
-    ... decode.py --layers 2 16     # the default; 16 layers write a 2.3 GiB synthetic file once
+    ... decode.py --layers 4 16     # the default; 16 layers write a 2.3 GiB synthetic file once
     ... decode.py --transformers /path/to/venv/bin/python   # transformers beside the graph
+    ... decode.py --llama-cpp /path/to/venv/bin/python --gguf-converter /path/to/convert_hf_to_gguf.py
 
 --write-readme puts the tables into the package README between its
 bench:decode markers.
@@ -47,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -69,6 +82,14 @@ STREAM_SAMPLES = 5
 #: transformers' sides (`--transformers`): name -> weight dtype
 HF_SIDES = {"transformers bf16": "bfloat16", "transformers float32": "float32"}
 HF_SIDE = Path(__file__).with_name("hf_side.py")
+#: llama.cpp's side (`--llama-cpp`) and its threads: the cpu backend's 2
+LLAMA_SIDE, LLAMA_THREADS = "llama.cpp bf16", 2
+#: llama.cpp's OpenMP threads sleep when idle, as the cpu backend's do
+#: (iron.dispatch.host.OPENMP_ENVIRONMENT): its default spins, which a shared
+#: host punishes (one busy neighbour took its decode from 50 to 190-510 ms a
+#: token here) and a quiet one rewards
+LLAMA_ENVIRONMENT = {"OMP_WAIT_POLICY": "passive"}
+LLAMA_SIDE_FILE = Path(__file__).with_name("llama_side.py")
 
 
 def prompt_ids(vocab: int, prompt: int) -> list[int]:
@@ -138,44 +159,54 @@ def paired_shares(model, token: int, per_token: int, rounds: int, stream_bytes: 
 
 
 def stream_sampler(nbytes: int):
-    """A function timing one pass of a 2-thread bf16 GEMV over `nbytes` of
-    weights: bytes per second."""
+    """A function timing one 2-thread read of `nbytes`: bytes per second.
+    The kernel folds 64-bit words by xor, one contiguous block per task:
+    nothing but loads, which no kernel that computes with the bytes can
+    outrun."""
     import numba
 
-    from iron.core import bf16
-    from iron.ops.gemm import GEMV
-    from iron.ops.gemm.host import gemv
-
-    cols = 2048
-    op = GEMV(M=nbytes // (2 * cols), K=cols)
-    matrix = np.ones((op.M, cols), bf16)
-    x, y = np.ones(cols, bf16), np.empty(op.M, bf16)
-    gemv(op, matrix, x, y)  # the first call also loads the kernel
+    blocks = 64
+    words = np.ones((blocks, nbytes // (8 * blocks)), np.uint64)
+    folded = np.empty(blocks, np.uint64)
+    read = _read_kernel()
+    read(words, folded)  # the first call also compiles the kernel
 
     def sample() -> float:
         threads = numba.get_num_threads()
         numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
         try:
             started = time.perf_counter()
-            gemv(op, matrix, x, y)
-            return matrix.nbytes / (time.perf_counter() - started)
+            read(words, folded)
+            return words.nbytes / (time.perf_counter() - started)
         finally:
             numba.set_num_threads(threads)
 
     return sample
 
 
-def transformers_problem(python: str) -> str | None:
-    """Why `python` cannot run the transformers sides, or None if it imports both."""
+def _read_kernel():
+    from numba import njit, prange
+
+    @njit(parallel=True)
+    def read(words, folded):
+        for block in prange(words.shape[0]):
+            row, acc = words[block], np.uint64(0)
+            for i in range(row.shape[0]):
+                acc ^= row[i]
+            folded[block] = acc
+
+    return read
+
+
+def import_problem(flag: str, python: str, modules: str) -> str | None:
+    """Why `python` cannot import `modules` (comma-separated), or None."""
     try:
-        found = subprocess.run(
-            [python, "-c", "import torch, transformers"], capture_output=True, text=True
-        )
+        found = subprocess.run([python, "-c", f"import {modules}"], capture_output=True, text=True)
     except OSError as error:
-        return f"--transformers {python}: cannot run it ({error.strerror})"
+        return f"{flag} {python}: cannot run it ({error.strerror})"
     if found.returncode != 0:
         last = (found.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"--transformers {python} cannot import torch and transformers: {last}"
+        return f"{flag} {python} cannot import {modules}: {last}"
     return None
 
 
@@ -237,45 +268,64 @@ def measure(
     stream_bytes: int,
     oracle: bool,
     transformers: str | None = None,
+    llama: tuple[str, Path] | None = None,
+    rounds: int = 1,
 ) -> tuple[dict, dict, list[float]]:
     """(figures per side, accuracy per side, stream samples in bytes/s),
     each side in a child process; the stream is measured between them.
     The first side (the oracle, else cpu) makes the tokens and is the
     baseline of the others' KL. With `transformers` (an interpreter that
-    has torch and transformers) `HF_SIDES` run last."""
+    has torch and transformers) `HF_SIDES` run last; with `llama`
+    (an interpreter with llama-cpp-python, a GGUF) llama.cpp's side.
+    `rounds` > 1 runs every side that many times, interleaved, and gives
+    each figure's median (`medians`); logits are the first round's."""
     from iron.lm.checks import kl_divergence
 
     with tempfile.TemporaryDirectory(prefix="iron-llama-bench-") as work:
         return _measure(
-            Path(work), directory, prompt, steps, stream_bytes, oracle, transformers, kl_divergence
-        )
+            Path(work), directory, prompt, steps, stream_bytes, oracle, transformers, llama,
+            rounds, kl_divergence,
+        )  # fmt: skip
 
 
-def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers, kl_divergence):
+def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers, llama, rounds,
+             kl_divergence):  # fmt: skip
     from iron.llama.config import LlamaConfig
 
-    results, streams = {}, []
-    sample = stream_sampler(stream_bytes)  # one matrix for every sample taken here
+    streams = []
+    sample = stream_sampler(stream_bytes)  # one buffer for every sample taken here
     sides = ("oracle", *BACKENDS) if oracle else BACKENDS
+    vocab = LlamaConfig.from_file(directory).vocab_size
+    np.save(work / "prompt.npy", np.array(prompt_ids(vocab, prompt), np.int64))
+    if llama:
+        sides = (*sides, LLAMA_SIDE)
     if transformers:
-        vocab = LlamaConfig.from_file(directory).vocab_size
-        np.save(work / "prompt.npy", np.array(prompt_ids(vocab, prompt), np.int64))
         sides = (*sides, *HF_SIDES)
-    for side in sides:
-        out = work / f"{side.replace(' ', '-')}.npz"
-        streams += [sample() for _ in range(STREAM_SAMPLES)]
-        common = ["--model-dir", str(directory), "--steps", str(steps),
-                  "--tokens", str(work / "tokens.npy"), "--out", str(out)]  # fmt: skip
-        if side in HF_SIDES:
-            command = [transformers, str(HF_SIDE), "--dtype", HF_SIDES[side],
-                       "--prompt-ids", str(work / "prompt.npy"), *common]  # fmt: skip
-        else:
-            maker = ["--maker"] if side == sides[0] else []
-            command = [sys.executable, __file__, "--child", side, "--prompt", str(prompt),
-                       "--stream-bytes", str(stream_bytes), *common, *maker]  # fmt: skip
-        subprocess.run(command, check=True)
-        with np.load(out) as data:
-            results[side] = (data["logits"], json.loads(str(data["figures"])))
+    rounds_of = {side: [] for side in sides}
+    for round_ in range(rounds):  # interleaved: each round runs every side once, in turn
+        for side in sides:
+            out = work / f"{side.replace(' ', '-')}.npz"
+            streams += [sample() for _ in range(STREAM_SAMPLES)]
+            common = ["--model-dir", str(directory), "--steps", str(steps),
+                      "--tokens", str(work / "tokens.npy"), "--out", str(out)]  # fmt: skip
+            if side == LLAMA_SIDE:
+                command = [llama[0], str(LLAMA_SIDE_FILE), "run", "--gguf", str(llama[1]),
+                           "--threads", str(LLAMA_THREADS),
+                           "--prompt-ids", str(work / "prompt.npy"), *common[2:]]  # fmt: skip
+            elif side in HF_SIDES:
+                command = [transformers, str(HF_SIDE), "--dtype", HF_SIDES[side],
+                           "--prompt-ids", str(work / "prompt.npy"), *common]  # fmt: skip
+            else:
+                maker = ["--maker"] if side == sides[0] and round_ == 0 else []
+                command = [sys.executable, __file__, "--child", side, "--prompt", str(prompt),
+                           "--stream-bytes", str(stream_bytes), *common, *maker]  # fmt: skip
+            env = {**os.environ, **LLAMA_ENVIRONMENT} if side == LLAMA_SIDE else None
+            subprocess.run(command, check=True, env=env)
+            with np.load(out) as data:
+                rounds_of[side].append((data["logits"], json.loads(str(data["figures"]))))
+    results = {
+        side: (runs[0][0], medians([f for _, f in runs])) for side, runs in rounds_of.items()
+    }
     streams += [sample() for _ in range(STREAM_SAMPLES)]
     expected = results[sides[0]][0]
     accuracy = {}
@@ -288,11 +338,24 @@ def _measure(work, directory, prompt, steps, stream_bytes, oracle, transformers,
     return {side: figures for side, (_, figures) in results.items()}, accuracy, streams
 
 
+def medians(rounds: list[dict]) -> dict:
+    """One side's figures over its rounds: the median of each, every
+    round's paired shares together, and how many rounds there were."""
+    merged = {key: float(np.median([f[key] for f in rounds])) for key in ("load", "ttft", "decode")}
+    for key in ("peak", "steady"):
+        found = [f[key] for f in rounds if f[key] is not None]
+        merged[key] = max(found) if found else None
+    if "paired" in rounds[0]:
+        merged["paired"] = sorted(share for f in rounds for share in f["paired"])
+    return {**merged, "rounds": len(rounds)}
+
+
 def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, steps) -> str:
     """The limit in tokens/s is the median stream sample's; a graph side's
     share of it is the median of its paired shares (`paired_shares`)."""
     stream, best = float(np.median(streams)), max(streams)
     limit = stream / per_token  # tokens/s if a step only streamed its weights
+    rounds = figures["cpu"].get("rounds", 1)
 
     def mib(n):
         return "n/a" if n is None else f"{n / 2**20:,.0f} MiB"
@@ -313,12 +376,13 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
     names = ["load (read, compile, upload)", f"time to first token ({prompt}-token prompt)",
              f"decode ({steps} steps)", "peak RSS (VmHWM)", "steady RSS (VmRSS)"]  # fmt: skip
     oracle = ("oracle",) if "oracle" in figures else ()
-    hf = tuple(side for side in HF_SIDES if side in figures)
+    hf = tuple(side for side in (LLAMA_SIDE, *HF_SIDES) if side in figures)
     columns = [column(side) for side in (*BACKENDS, *oracle, *hf)]
     header = ("measure", *(f"IRON graph, {s} backend" for s in BACKENDS),
               *("float32 oracle" for _ in oracle), *hf)  # fmt: skip
     lines = [
-        f"{label}; Python {platform.python_version()}, {platform.machine()}, one run:",
+        f"{label}; Python {platform.python_version()}, {platform.machine()}, one run"
+        + (f", medians of {rounds} interleaved rounds:" if rounds > 1 else ":"),
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -327,14 +391,29 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
             for i, name in enumerate(names)
         ),
         "",
-        f"Bandwidth limit: a 2-thread bf16 GEMV streams {stream / 1e9:.1f} GB/s here (median of "
+        f"Bandwidth limit: a 2-thread read stream moves {stream / 1e9:.1f} GB/s here (median of "
         f"{len(streams)} samples taken before, between and after the sides; best "
         f"{best / 1e9:.1f}); a token reads {decimal_bytes(per_token)} of weights, so at most "
         f"{limit:.2f} tokens/s. A side's share of the limit pairs each of {steps} more decode "
         f"steps with a stream sample taken right after it, in the side's process: the median "
-        f"of the ratios (a step's weight bytes per second over the sample's rate).",
+        f"of the ratios (a step's weight bytes per second over the sample's rate). "
+        + "Weights read per second while decoding: "
+        + ", ".join(
+            f"{side} {decimal_bytes(per_token / figures[side]['decode'])}/s"
+            for side in ("cpu", *hf)
+        )
+        + ".",
     ]
-    if hf:
+    if LLAMA_SIDE in figures:
+        cpu, peer = figures["cpu"], figures[LLAMA_SIDE]
+        lines.append(
+            f"cpu against llama.cpp ({LLAMA_THREADS} threads, OMP_WAIT_POLICY=passive, bf16 GGUF "
+            f"of the same checkpoint, in this run): decode {peer['decode'] / cpu['decode']:.2f}x its speed "
+            f"({1 / cpu['decode']:.2f} against {1 / peer['decode']:.2f} tokens/s), time to first "
+            f"token {cpu['ttft'] / peer['ttft']:.2f}x its time ({milliseconds(cpu['ttft'])} "
+            f"against {milliseconds(peer['ttft'])})."
+        )
+    if any(side in HF_SIDES for side in hf):
         lines.append(
             "transformers: LlamaForCausalLM with eager attention on the same checkpoint, "
             "torch on every core; its load includes widening the weights for float32."
@@ -350,7 +429,7 @@ def table(figures, accuracy, streams: list, per_token: int, label: str, prompt, 
 
 def prefill_floor(figures: dict, flops: int, rate: float) -> str:
     floor = flops / rate
-    sides = [s for s in (*BACKENDS, *HF_SIDES) if s in figures]
+    sides = [s for s in (*BACKENDS, LLAMA_SIDE, *HF_SIDES) if s in figures]
     multiples = ", ".join(f"{s} {figures[s]['ttft'] / floor:.1f}x" for s in sides)
     return (
         f"Prefill floor: the prompt's GEMMs are {flops / 1e9:.3g} GFLOP and float32 sgemm runs "
@@ -373,6 +452,20 @@ def milliseconds(seconds: float) -> str:
     return f"{ms:,.0f} ms" if ms >= 10 else f"{ms:.3g} ms"
 
 
+def gguf_of(directory: Path, args) -> Path:
+    """The bf16 GGUF of `directory` beside it, made by llama.cpp's converter
+    the first time (`llama_side.py convert`)."""
+    gguf = directory.with_name(directory.name + ".bf16.gguf")
+    if not gguf.exists():
+        print(f"writing {gguf} with llama.cpp's converter", file=sys.stderr)
+        subprocess.run(
+            [args.llama_cpp, str(LLAMA_SIDE_FILE), "convert", "--converter",
+             str(args.gguf_converter), "--model-dir", str(directory), "--out", str(gguf)],
+            check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+    return gguf
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny preset, 16 tokens, 4 steps")
@@ -384,7 +477,7 @@ def main() -> None:
         "--layers",
         type=int,
         nargs="+",
-        default=[2, 16],
+        default=[4, 16],
         help="decoder layers of the 1b-shaped model",
     )
     parser.add_argument(
@@ -397,6 +490,20 @@ def main() -> None:
         "--transformers",
         metavar="PYTHON",
         help="an interpreter with torch and transformers: adds transformers' sides",
+    )
+    parser.add_argument(
+        "--llama-cpp",
+        metavar="PYTHON",
+        help="an interpreter with llama-cpp-python: adds llama.cpp's side (needs --gguf-converter)",
+    )
+    parser.add_argument(
+        "--gguf-converter",
+        metavar="PATH",
+        type=Path,
+        help="llama.cpp's convert_hf_to_gguf.py, to make each model's bf16 GGUF once",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run every side this many times, interleaved"
     )
     parser.add_argument("--child", choices=("oracle", *BACKENDS), help=argparse.SUPPRESS)
     parser.add_argument("--maker", action="store_true", help=argparse.SUPPRESS)
@@ -411,8 +518,15 @@ def main() -> None:
         )  # fmt: skip
         return
 
-    if args.transformers and (problem := transformers_problem(args.transformers)):
+    if args.transformers and (
+        problem := import_problem("--transformers", args.transformers, "torch, transformers")
+    ):
         parser.error(problem)  # before any side runs
+    if args.llama_cpp:
+        if args.gguf_converter is None or not args.gguf_converter.is_file():
+            parser.error("--llama-cpp needs --gguf-converter: llama.cpp's convert_hf_to_gguf.py")
+        if problem := import_problem("--llama-cpp", args.llama_cpp, "llama_cpp, gguf"):
+            parser.error(problem)
     from iron.dispatch import cache_home
     from iron.llama import ensure_synthetic
 
@@ -432,8 +546,9 @@ def main() -> None:
         oracle = layers is None or layers <= args.oracle_layers
         gemms = prefill_gemms(directory)
         rate = sgemm_rate(gemms, prompt)  # before and after the sides: the best of both
+        llama = args.llama_cpp and (args.llama_cpp, gguf_of(directory, args))
         figures, accuracy, stream = measure(
-            directory, prompt, steps, stream_bytes, oracle, args.transformers
+            directory, prompt, steps, stream_bytes, oracle, args.transformers, llama, args.rounds
         )
         rate = max(rate, sgemm_rate(gemms, prompt))
         per_token = weight_bytes(directory)

@@ -1,3 +1,4 @@
+import importlib.util
 import re
 import subprocess
 import sys
@@ -9,12 +10,14 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "decode.py"
 
 
 def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
+    """Two interleaved rounds: every figure a median, every round's pairs."""
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--model-dir", str(tmp_path / "tiny")],
+        [sys.executable, str(SCRIPT), "--quick", "--model-dir", str(tmp_path / "tiny"),
+         "--rounds", "2"],
         capture_output=True,
         text=True,
         timeout=300,
-    )
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows = [
         line.split("|")[1].strip() for line in result.stdout.splitlines() if line.startswith("| ")
@@ -33,7 +36,8 @@ def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
             result.stdout,
         ).groups()
         assert 0 < float(mean) < 0.02 and int(agree) >= 4
-    share = r"\((\d+)% of the limit; (\d+)%-(\d+)% over 4 pairs\)"
+    assert "one run, medians of 2 interleaved rounds:" in result.stdout
+    share = r"\((\d+)% of the limit; (\d+)%-(\d+)% over 8 pairs\)"
     speeds = re.search(
         rf"decode \(4 steps\) \| ([\d.]+) tokens/s {share} \| ([\d.]+) tokens/s {share} "
         r"\| ([\d.]+) tokens/s \|",
@@ -42,7 +46,10 @@ def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
     assert speeds and all(float(speeds.group(i)) > 0 for i in (1, 5, 9))
     for low, median, high in ((3, 2, 4), (7, 6, 8)):  # each side's pairs: range holds the median
         assert int(speeds.group(low)) <= int(speeds.group(median)) <= int(speeds.group(high))
-    assert re.search(r"a 2-thread bf16 GEMV streams [\d.]+ GB/s here", result.stdout)
+    assert re.search(r"a 2-thread read stream moves [\d.]+ GB/s here", result.stdout)
+    assert re.search(
+        r"Weights read per second while decoding: cpu [\d.]+ (GB|MB|kB|B)/s\.", result.stdout
+    )
     # the tiny model's figures in units that show them, not "0.00 GB" or "at least 0 ms"
     weights, unit = re.search(
         r"a token reads ([\d.]+) (GB|MB|kB|B) of weights", result.stdout
@@ -69,6 +76,48 @@ def test_decode_benchmark_refuses_an_interpreter_without_transformers(tmp_path):
         assert result.returncode == 2 and f"--transformers {python}" in result.stderr
         assert says in result.stderr
         assert not (tmp_path / "tiny").exists()  # refused before any side ran
+
+
+def test_decode_benchmark_refuses_llama_cpp_without_its_converter_or_module(tmp_path):
+    converter = tmp_path / "convert_hf_to_gguf.py"
+    converter.write_text("")
+    for extra, says in (
+        ([], "--llama-cpp needs --gguf-converter"),
+        (["--gguf-converter", str(tmp_path / "absent.py")], "--llama-cpp needs --gguf-converter"),
+        (["--gguf-converter", str(converter)], "cannot import llama_cpp, gguf"),
+    ):
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), "--quick", "--model-dir", str(tmp_path / "tiny"),
+             "--llama-cpp", sys.executable, *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+        if "cannot import" in says and result.returncode == 0:
+            pytest.skip("this interpreter has llama_cpp and gguf")
+        assert result.returncode == 2 and says in result.stderr
+        assert not (tmp_path / "tiny").exists()
+
+
+def test_the_table_gives_the_cpu_side_as_ratios_to_llama_cpp():
+    spec = importlib.util.spec_from_file_location("decode_benchmark", SCRIPT)
+    decode = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(decode)
+    side = {"load": 1.0, "peak": None, "steady": None, "rounds": 3}
+    figures = {
+        "cpu": {**side, "ttft": 0.6, "decode": 0.04, "paired": [0.5, 0.6, 0.7]},
+        "reference": {**side, "ttft": 0.9, "decode": 0.1, "paired": [0.2]},
+        decode.LLAMA_SIDE: {**side, "ttft": 0.3, "decode": 0.05},
+    }
+    text = decode.table(figures, {}, [2e10], int(1e9), "label", 128, 32)
+    assert "one run, medians of 3 interleaved rounds:" in text
+    assert (
+        "| measure | IRON graph, cpu backend | IRON graph, reference backend | llama.cpp bf16 |"
+        in text
+    )
+    assert "decode 1.25x its speed (25.00 against 20.00 tokens/s)" in text
+    assert "time to first token 2.00x its time (600 ms against 300 ms)" in text
+    assert "cpu 25.00 GB/s, llama.cpp bf16 20.00 GB/s." in text
 
 
 def test_decode_benchmark_runs_transformers_beside_the_graph(tmp_path):

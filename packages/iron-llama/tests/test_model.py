@@ -183,7 +183,8 @@ def test_weights_are_released_piece_by_piece_during_load(tiny_dir, monkeypatch):
     monkeypatch.setattr(
         Checkpoint, "release", lambda self, view: released.append(view) or original(self, view)
     )
-    model = Model.from_pretrained(tiny_dir, backend="reference", progress=False)
+    # sim: its device memory is not the host's, so every weight is copied
+    model = Model.from_pretrained(tiny_dir, backend="sim", progress=False)
     expected = len(LlamaWeights.expected_shapes(model.config))  # tied: the head is the embedding
     assert len(released) == expected == 20  # every weight is under one 64 MiB piece
 
@@ -216,10 +217,44 @@ def test_from_pretrained_reads_each_piece_from_the_file(tiny_dir, monkeypatch):
         "copyto",
         lambda self, target, view: read.append(view.nbytes) or original(self, target, view),
     )
-    model = Model.from_pretrained(tiny_dir, backend="reference", progress=False)
+    model = Model.from_pretrained(tiny_dir, backend="sim", progress=False)
     assert len(read) == 20 and sum(read) == sum(
         array.nbytes for array in graph_weights(model.config, model.weights).values()
     )
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_host_backends_read_the_weights_where_the_checkpoint_maps_them(
+    tiny_dir, monkeypatch, backend
+):
+    """Nothing copied, nothing handed back (the graph reads the pages, the
+    head the embedding's too), the arena's weight bytes never touched, and
+    the logits those of a model that copied its weights."""
+    calls = []
+    for name in ("copyto", "release"):
+        original = getattr(Checkpoint, name)
+        monkeypatch.setattr(
+            Checkpoint,
+            name,
+            lambda self, *a, _o=original, _n=name: calls.append(_n) or _o(self, *a),
+        )
+    model = Model.from_pretrained(tiny_dir, backend=backend, progress=False)
+    weights = graph_weights(model.config, model.weights)
+    assert sorted(model.forward.held_in_place()) == sorted(weights)
+    arena = model.forward.residents.memory.buffer
+    for weight in model.forward.residents.weights.values():
+        assert not arena.host[weight.offset : weight.offset + weight.nbytes].any()
+    ids = model.tokenizer.prompt("Iron is")
+    got = [model.prefill(ids), model.decode(5)]
+    assert calls == []
+
+    copied = Model(model.config, LlamaWeights.load(Checkpoint.open(tiny_dir), model.config),
+                   backend=backend)  # fmt: skip
+    copied.compile(progress=False)
+    copied.load()
+    assert copied.forward.held_in_place() == []
+    want = [copied.prefill(ids), copied.decode(5)]
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
 
 
 def test_token_gathers_hand_the_embedding_pages_back(tiny_dir, monkeypatch):
@@ -228,7 +263,7 @@ def test_token_gathers_hand_the_embedding_pages_back(tiny_dir, monkeypatch):
     monkeypatch.setattr(
         Checkpoint, "release", lambda self, view: released.append(view) or original(self, view)
     )
-    model = Model.from_pretrained(tiny_dir, backend="reference", progress=False)
+    model = Model.from_pretrained(tiny_dir, backend="sim", progress=False)  # copied weights
     released.clear()
     model.prefill(list(range(2, 22)))  # 20 tokens: gathered 8, 8 and 4 rows at a time
     model.decode(5)

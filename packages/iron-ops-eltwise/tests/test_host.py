@@ -130,3 +130,54 @@ def test_operators_name_their_host_kernels_and_warm_up_reports_the_jit():
         assert module == "iron.ops.eltwise.host" and callable(getattr(host, name))
     report = warm_up()
     assert report["seconds"] >= 0 and report["compiled"] >= 0
+
+
+def test_warm_up_says_what_it_does_kernel_by_kernel():
+    heard = []
+    report = warm_up(heard.append)
+    assert len(heard) == 6 and heard[0].endswith("(1 of 6: iron.ops.eltwise.host._add)")
+    assert all(t.startswith(("loading compiled kernels", "JIT compiling kernels")) for t in heard)
+    assert report["cache_dir"] == str(host.kernel_cache_dir("iron.ops.eltwise.host"))
+
+
+PROBE = """
+from numba import njit
+
+import iron.ops.eltwise.host  # where iron's kernels are cached
+
+
+@njit(cache=True)
+def twice(x):
+    return 2 * x
+"""
+
+RUN_PROBE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from iron.probe_kernels import twice
+assert twice(21) == 42
+print(twice.stats.cache_path, twice.stats.cache_hits.total(), twice.stats.cache_misses.total())
+"""
+
+
+def test_kernels_are_cached_in_the_user_cache_and_loaded_by_any_copy_of_the_code(tmp_path):
+    """Two copies of one module (two venvs, two clones) share compiled code
+    through IRON_CACHE_HOME/numba/<module>: the second compiles nothing."""
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    runs = []
+    for copy in ("one", "two"):
+        (tmp_path / copy / "iron").mkdir(parents=True)
+        (tmp_path / copy / "iron" / "probe_kernels.py").write_text(PROBE)
+        env = {**os.environ, "IRON_CACHE_HOME": str(cache)}
+        env.pop("NUMBA_CACHE_DIR", None)
+        found = subprocess.run(
+            [sys.executable, "-c", RUN_PROBE, str(tmp_path / copy)],
+            capture_output=True, text=True, env=env, check=True,
+        )  # fmt: skip
+        runs.append(found.stdout.split())
+    where = str(cache / "numba" / "iron.probe_kernels")
+    assert runs == [[where, "0", "1"], [where, "1", "0"]]

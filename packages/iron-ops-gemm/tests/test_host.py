@@ -79,7 +79,12 @@ def test_rounding_is_ml_dtypes_round_to_nearest_even_specials_included():
 
 
 @pytest.mark.parametrize("batches", [1, 3])
-def test_gemv_matches_its_reference_and_is_deterministic(batches):
+@pytest.mark.parametrize("x_widened", ["once", "as-read"])
+def test_gemv_matches_its_reference_and_is_deterministic(batches, x_widened, monkeypatch):
+    """Both kernels: x widened once (short rows) and where it is read (rows
+    longer than WIDE_X_MAX; lowered here so a small case takes that path)."""
+    if x_widened == "as-read":
+        monkeypatch.setattr(host, "WIDE_X_MAX", 64)
     rng = np.random.default_rng(1)
     op = GEMV(M=200, K=96, num_batches=batches)
     lead = (batches,) if batches > 1 else ()

@@ -55,7 +55,7 @@ def device_of(device, default: str, name: str) -> Device:
     return device
 
 
-def check_load(name: str, release, piece_bytes, copy, threads) -> None:
+def check_load(name: str, release, piece_bytes, copy, threads, in_place=None) -> None:
     if isinstance(piece_bytes, bool) or not isinstance(piece_bytes, (int, np.integer)):
         raise TypeError(f"{name}.load: piece_bytes must be an int, got {piece_bytes!r}")
     if piece_bytes < 1:
@@ -66,7 +66,7 @@ def check_load(name: str, release, piece_bytes, copy, threads) -> None:
         raise TypeError(f"{name}.load: threads must be an int or None, got {threads!r}")
     if threads is not None and threads < 1:
         raise ValueError(f"{name}.load: threads must be >= 1, got {threads}")
-    for label, fn in (("release", release), ("copy", copy)):
+    for label, fn in (("release", release), ("copy", copy), ("in_place", in_place)):
         if fn is not None and not callable(fn):
             raise TypeError(f"{name}.load: {label} must be callable or None")
 

@@ -21,7 +21,7 @@ import numpy as np
 from iron.core import Operator
 from iron.core.capture import Expr
 from iron.dispatch.image import Image, ImageStep
-from iron.dispatch.memory import DeviceBuffer, view
+from iron.dispatch.memory import DeviceBuffer
 
 
 def allocate(
@@ -88,15 +88,21 @@ class BoundStep:
             self.arrays[i][...] = out
 
 
-def bind(image: Image, memory: dict[str, np.ndarray], use_device_model: bool) -> list[BoundStep]:
-    """Steps with typed views into `memory` (arena -> byte array) ready to run."""
+def bind(image: Image, buffers: dict[str, DeviceBuffer], use_device_model: bool) -> list[BoundStep]:
+    """Steps with typed views into the device side of `buffers` ready to run."""
     bound = []
     for index, step in enumerate(image.steps):
-        arrays = [view(memory[p.arena], p.offset, p.nbytes, p.dtype, p.shape) for p in step.args]
+        arrays = arguments(step, buffers)
         bound.append(
             BoundStep(index, step, kernel(step.op, use_device_model), arrays, dict(step.constants))
         )
     return bound
+
+
+def arguments(step, buffers: dict[str, DeviceBuffer]) -> list[np.ndarray]:
+    """A step's arrays: typed views of its buffers' device sides (of bytes
+    held in place where a weight is read where it lies)."""
+    return [buffers[p.arena].typed(p.offset, p.nbytes, p.dtype, p.shape) for p in step.args]
 
 
 def evaluate(parameters: tuple[Expr, ...], values: Mapping[str, int]) -> np.ndarray:
@@ -151,8 +157,7 @@ class FusedExecutable:
         """Bound steps, rebuilt when the shared arena has grown."""
         generation = self.buffers["scratch"].generation
         if generation != self._generation:
-            memory = {arena: buffer.device for arena, buffer in self.buffers.items()}
-            self._steps = bind(self.image, memory, self.device_model)
+            self._steps = bind(self.image, self.buffers, self.device_model)
             self._generation = generation
         return self._steps
 

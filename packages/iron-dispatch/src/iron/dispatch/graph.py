@@ -226,20 +226,39 @@ class GraphFunction:
 
     # ---- weights and states (`Residents`) ----
 
-    def load(self, release=None, piece_bytes: int = PIECE_BYTES, copy=None, threads=None) -> int:
+    def load(self, release=None, piece_bytes: int = PIECE_BYTES, copy=None, threads=None,
+             in_place=None, wait: bool = True) -> int:  # fmt: skip
         """Upload every weight not uploaded yet, in pieces of at most
-        `piece_bytes`, calling ``release(piece)`` after each; returns bytes
-        uploaded (see `Residents.load`). Then every version's executable
-        that has a ``ready()`` is waited for (the cpu backend's host kernels
-        import while the weights upload)."""
-        check_load(self.name, release, piece_bytes, copy, threads)
+        `piece_bytes`, calling ``release(piece)`` after each; a weight for
+        which `in_place(array)` is true is read where it lies where the
+        backend's memory is the host's (see `Residents.load`). Returns the
+        bytes uploaded or held in place. Then, with `wait`, what loading the
+        images started is waited for (`ready`)."""
+        check_load(self.name, release, piece_bytes, copy, threads, in_place)
         with self._lock:
-            uploaded = self.residents.load(release, piece_bytes, copy, threads)
-            for version in self.versions.values():  # what loading the images started
-                ready = getattr(version.executable, "ready", None)
-                if ready is not None:
-                    ready()
+            uploaded = self.residents.load(release, piece_bytes, copy, threads, in_place)
+            if wait:
+                self._ready(None)
             return uploaded
+
+    def held_in_place(self) -> list[str]:
+        """The weights read where they lie (`load`'s `in_place`), by name."""
+        with self._lock:
+            return self.residents.held_in_place()
+
+    def ready(self, status=None) -> None:
+        """Wait for what loading the images started (the cpu backend's host
+        kernels import and compile, or load compiled, while the weights
+        upload); `status(text)` is called with what is being waited for
+        while it lasts."""
+        with self._lock:
+            self._ready(status)
+
+    def _ready(self, status) -> None:
+        for version in self.versions.values():
+            ready = getattr(version.executable, "ready", None)
+            if ready is not None:
+                ready(status)
 
     def reload_weights(self, *names: str, release=None, piece_bytes: int = PIECE_BYTES,
                        copy=None, threads=None) -> int:  # fmt: skip

@@ -17,9 +17,12 @@ import importlib
 import inspect
 import logging
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 log = logging.getLogger("iron.dispatch")
 
@@ -30,6 +33,8 @@ log = logging.getLogger("iron.dispatch")
 #: first starts its threads, so it is set (unless the user set it) before
 #: the first kernel module is imported, never at import time.
 OPENMP_ENVIRONMENT = (("OMP_WAIT_POLICY", "passive"),)
+#: seconds between two looks at what a kernel module being waited for is doing
+STATUS_EVERY = 0.2
 
 
 class HostPool:
@@ -70,12 +75,27 @@ class HostKernels:
         self.pool = HostPool()
         self._modules: dict[str, Future] = {}
         self._kernels: dict[str, Callable | None] = {}
+        #: module -> what its import thread is doing (for `wait`'s status)
+        self._doing: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def start(self, target: str) -> None:
         """Start importing (and warming up) the module of `target`
         (``module:name``) unless it is under way."""
         self._module(target.partition(":")[0])
+
+    def wait(self, target: str, status: Callable[[str], object] | None = None) -> None:
+        """Wait for the import (and warm-up) of `target`'s module, calling
+        ``status(text)`` with what it is doing every `STATUS_EVERY` seconds
+        until it is done; an import that failed is left to `kernel`."""
+        module = target.partition(":")[0]
+        future = self._module(module)
+        while status is not None and not future.done():
+            status(self._doing.get(module, f"importing {module}"))
+            try:
+                future.exception(timeout=STATUS_EVERY)
+            except FutureTimeout:
+                continue
 
     def kernel(self, target: str) -> Callable | None:
         """The kernel `target` names, waiting for its module's import; None
@@ -102,15 +122,56 @@ class HostKernels:
                 future = self._modules[module] = Future()
                 # not a daemon: exiting mid-import could stop a JIT inside native code
                 threading.Thread(
-                    target=_import, args=(module, future), name=f"import {module}"
+                    target=self._import, args=(module, future), name=f"import {module}"
                 ).start()
             return self._modules[module]
+
+    def _import(self, module: str, future: Future) -> None:
+        def doing(text: str) -> None:
+            self._doing[module] = text
+
+        try:
+            doing(f"importing {module}")
+            loaded = importlib.import_module(module)
+            warm_up = getattr(loaded, "warm_up", None)
+            if callable(warm_up):
+                report = warm_up(doing) if _takes_status(warm_up) else warm_up()
+                log.info("host kernels of %s ready%s", module, _described(report))
+        except BaseException as error:  # raised again in the thread that waits for it
+            future.set_exception(error)
+        else:
+            future.set_result(loaded)
+        finally:
+            self._doing.pop(module, None)
 
     def close(self) -> None:
         self.pool.close()
         with self._lock:
             self._kernels.clear()
             self._modules.clear()
+
+
+#: what `warm_elsewhere`'s process runs: each module's warm-up, in order
+_WARM = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m).warm_up()"
+
+
+def warm_elsewhere(modules) -> subprocess.Popen | None:
+    """Start a process that imports each of `modules` and runs its
+    ``warm_up()``: a JIT that caches what it compiles on disk (numba's, in
+    the user cache) then compiles there, on another core, while this
+    process does something else; a later import here loads what it wrote.
+    None when there is nothing to warm. Its output is discarded; it ends
+    by itself (`wait` on the result to be sure it has)."""
+    modules = sorted(set(modules))
+    if not modules:
+        return None
+    env = dict(os.environ)
+    for name, value in OPENMP_ENVIRONMENT:
+        env.setdefault(name, value)
+    return subprocess.Popen(
+        [sys.executable, "-c", _WARM, *modules],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
 
 
 def _keyword_only(fn: Callable) -> set[str]:
@@ -121,15 +182,11 @@ def _keyword_only(fn: Callable) -> set[str]:
     return {p.name for p in parameters if p.kind is p.KEYWORD_ONLY}
 
 
-def _import(module: str, future: Future) -> None:
+def _takes_status(fn: Callable) -> bool:
     try:
-        loaded = importlib.import_module(module)
-        if callable(getattr(loaded, "warm_up", None)):
-            log.info("host kernels of %s ready%s", module, _described(loaded.warm_up()))
-    except BaseException as error:  # raised again in the thread that waits for it
-        future.set_exception(error)
-    else:
-        future.set_result(loaded)
+        return len(inspect.signature(fn).parameters) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 def _described(info) -> str:

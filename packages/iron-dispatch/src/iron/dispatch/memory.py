@@ -43,6 +43,8 @@ class DeviceBuffer:
         self.host = np.zeros(nbytes, np.uint8)
         self.device = self.host if unified else np.zeros(nbytes, np.uint8)
         self.regions: dict[str, tuple[int, int]] = {}
+        #: offset -> bytes that stand for the buffer's from there (`map_in_place`)
+        self.mapped: dict[int, np.ndarray] = {}
         self.generation = 0
         self.bo = None  # the XRT buffer object behind the device side, once attached
         self._xrt = self._xrt_device = None
@@ -86,7 +88,8 @@ class DeviceBuffer:
             self.generation += 1
             return
         host = np.zeros(nbytes, np.uint8)
-        host[: self.nbytes] = self.host
+        for lo, hi in self._own_ranges():  # bytes held in place are not copied (nor touched)
+            host[lo:hi] = self.host[lo:hi]
         if not self.unified:
             device = np.zeros(nbytes, np.uint8)
             device[: self.nbytes] = self.device
@@ -94,6 +97,42 @@ class DeviceBuffer:
         self.host = host
         self.device = host if self.unified else device
         self.generation += 1
+
+    # ---- bytes held in place ----
+
+    def map_in_place(self, offset: int, array: np.ndarray) -> None:
+        """From now on the bytes at `offset` are `array`'s own (C-contiguous;
+        read-only is fine: a weight read where it lies, such as a checkpoint's
+        mapping), not a copy in this buffer; views are rebuilt. Unified only:
+        a device side would never see them."""
+        if not self.unified:
+            raise ValueError(f"{self.name}: only a unified buffer can hold bytes in place")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{self.name}: bytes held in place must be C-contiguous")
+        self.mapped[offset] = array.reshape(-1).view(np.uint8)
+        self.generation += 1
+
+    def unmap(self, offset: int) -> None:
+        """The bytes at `offset` are the buffer's own again (a copy is due)."""
+        if self.mapped.pop(offset, None) is not None:
+            self.generation += 1
+
+    def _own_ranges(self) -> list[tuple[int, int]]:
+        """The byte ranges this buffer holds itself: all but those held in place."""
+        ranges, at = [], 0
+        for start, held in sorted(self.mapped.items()):
+            ranges.append((at, start))
+            at = start + held.size
+        ranges.append((at, self.nbytes))
+        return [(lo, hi) for lo, hi in ranges if hi > lo]
+
+    def typed(self, offset: int, nbytes: int, dtype, shape) -> np.ndarray:
+        """A typed view of `nbytes` at `offset` of the device side: of the
+        bytes held in place when they cover the range."""
+        for start, held in self.mapped.items():
+            if start <= offset and offset + nbytes <= start + held.size:
+                return view(held, offset - start, nbytes, dtype, shape)
+        return view(self.device, offset, nbytes, dtype, shape)
 
     # ---- named ranges ----
 

@@ -123,13 +123,20 @@ class Residents:
 
     # ---- weights ----
 
-    def load(self, release, piece_bytes: int, copy, threads: int | None) -> int:
+    def load(self, release, piece_bytes: int, copy, threads: int | None, in_place=None) -> int:
         """Upload every weight not uploaded yet, in pieces of at most
         `piece_bytes`, straight into the arena (no whole-array temporary),
-        calling ``release(piece)`` after each piece. Returns bytes uploaded.
-        `copy(target, piece)` writes each piece into its arena bytes
-        (default `np.copyto`); a checkpoint reader's may read the file
-        instead of faulting in its mapping.
+        calling ``release(piece)`` after each piece. Returns the bytes
+        uploaded or held in place. `copy(target, piece)` writes each piece
+        into its arena bytes (default `np.copyto`); a checkpoint reader's
+        may read the file instead of faulting in its mapping.
+
+        `in_place(array)`: whether a weight's array may be read where it
+        lies for as long as the function lives (a checkpoint's mapping
+        does). On a unified arena such a weight, C-contiguous, is not
+        copied: its arena bytes stand for the array's own
+        (`DeviceBuffer.map_in_place`), so the file's pages are shared with
+        the page cache instead of duplicated, and none is released.
 
         `threads` copies run at once (default `UPLOAD_THREADS`): first
         writes into fresh memory fault its pages in, and on a virtual
@@ -141,8 +148,9 @@ class Residents:
 
         Weights are uploaded once: a weight array changed in place after
         `load` is not seen by later calls until `reload_weights` (in poison
-        mode a call refuses to run on it: `check_weights`). A weight whose
-        array was reshaped or retyped in place is refused before any copy."""
+        mode a call refuses to run on it: `check_weights`); one held in
+        place is read as it is at each call. A weight whose array was
+        reshaped or retyped in place is refused before any copy."""
         copy = copy or np.copyto
         if self.memory is None:
             raise RuntimeError(
@@ -152,9 +160,20 @@ class Residents:
         for name, weight in pending.items():
             weight.check_unchanged(f"{self.name}.load", name)
         buffer = self.memory.ensure()
+        uploaded = 0
         work = []  # (name, weight, [(target piece, piece), ...]) per weight to upload
         for name, weight in pending.items():
             array = weight.array
+            if (
+                in_place is not None
+                and buffer.unified
+                and array.flags.c_contiguous
+                and in_place(array)
+            ):
+                buffer.map_in_place(weight.offset, array)
+                self._uploaded(name, weight)
+                uploaded += weight.nbytes
+                continue
             rows = array if array.ndim else array.reshape(1)
             target = view(buffer.host, weight.offset, weight.nbytes, array.dtype, rows.shape)
             step = max(1, piece_bytes // max(1, rows[:1].nbytes))
@@ -163,18 +182,25 @@ class Residents:
                 for start in range(0, len(rows), step)
             ]
             work.append((name, weight, pieces))
-        uploaded = 0
         with closing(_copied(copy, work, threads or UPLOAD_THREADS)) as copied:
             for (name, weight, _), piece, last in copied:
                 if release is not None and piece is not None:
                     release(piece)
                 if last:
-                    self.memory.flush(name)
-                    self.memory.loaded.add(weight.key)
-                    if self.poison:
-                        self.uploaded_crc[weight.key] = _crc32(weight.array)
+                    self._uploaded(name, weight)
                     uploaded += weight.nbytes
         return uploaded
+
+    def held_in_place(self) -> list[str]:
+        """The weights whose arena bytes stand for their arrays' own."""
+        mapped = self.memory.buffer.mapped if self.memory is not None else {}
+        return [name for name, weight in self.weights.items() if weight.offset in mapped]
+
+    def _uploaded(self, name: str, weight: Weight) -> None:
+        self.memory.flush(name)
+        self.memory.loaded.add(weight.key)
+        if self.poison:
+            self.uploaded_crc[weight.key] = _crc32(weight.array)
 
     def forget_uploads(self, names) -> None:
         """Mark weights (all when `names` is empty) to be uploaded again,
@@ -191,6 +217,7 @@ class Residents:
         if self.memory is not None:
             for name in chosen:
                 self.memory.loaded.discard(self.weights[name].key)
+                self.memory.buffer.unmap(self.weights[name].offset)
 
     def all_loaded(self) -> bool:
         return len(self.memory.loaded) >= len(self.weights)

@@ -23,6 +23,7 @@ read. Every file is checked to be a regular file before it is opened.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import mmap
@@ -64,6 +65,10 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 _MADVISE = getattr(mmap.mmap, "madvise", None) is not None and hasattr(mmap, "MADV_DONTNEED")
 _PREADV = hasattr(os, "preadv")
+#: a mapping advised so reads it faults in fill the page cache with 2 MiB
+#: folios, which the kernel then maps with one TLB entry each: a host kernel
+#: streaming weights where they lie reads them like huge-page memory
+_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
 
 
 class CheckpointError(ValueError):
@@ -98,6 +103,9 @@ class SafetensorsFile:
                     f"at bytes [0, 8): truncated?"
                 )
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if _MADVISE and _HUGEPAGE is not None:
+                with contextlib.suppress(OSError):  # a kernel without THP: 4 KiB pages
+                    self._map.madvise(_HUGEPAGE)
         except BaseException:
             f.close()
             raise
@@ -381,6 +389,10 @@ class Checkpoint:
     def info(self, name: str) -> TensorInfo:
         file, stored = self._where[name]
         return file.tensors[stored]
+
+    def owns(self, view: np.ndarray) -> bool:
+        """Whether `view`'s bytes lie inside the mapping of one of the files."""
+        return isinstance(view, np.ndarray) and any(file.owns(view) for file in self.files)
 
     def check_intact(self, view: np.ndarray | None = None) -> None:
         """`SafetensorsFile.check_intact` on the file holding `view` (every file

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -31,11 +32,13 @@ from tqdm import tqdm
 # name or a prompt, is shown as \x1b, never sent to the terminal
 from iron.core.terminal import INTERRUPTED, printable, stdout_closed
 from iron.dispatch import BackendUnavailable, cache_home
+from iron.dispatch.backends.cpu import host_modules
+from iron.dispatch.host import warm_elsewhere
 from iron.dispatch.selection import backend_names, get_backend
 from iron.lm.backends import checked_settings
 from iron.lm.checks import AccuracyBounds, check_accuracy, check_determinism
 from iron.lm.generation import Completion, NonFiniteLogits, check_fits, complete
-from iron.lm.model import GraphModel, progress_bar
+from iron.lm.model import GraphModel, progress_bar, status_line
 from iron.lm.protocols import CausalLM
 from iron.lm.sampling import Sampler
 from iron.lm.synthetic import paragraphs
@@ -247,6 +250,8 @@ def _demo(app: App, args: argparse.Namespace) -> int:
     _ensure_demo_model(app, args)
     _status(app, f"{backend}: compiling the graph and uploading the weights")
     model = app.model.from_pretrained(directory, backend=backend, progress=_progress(args))
+    # the cpu column's kernels compile (first run) or load on the other core meanwhile
+    ahead = warm_elsewhere(host_modules(model.forward)) if backend != "cpu" else None
     ids = model.tokenizer.prompt(DEMO_PROMPT)
     _status(app, f"{backend}: {args.num_tokens} tokens, streamed as they come")
     # random weights: an end-of-text token means nothing, so it does not stop the demo
@@ -254,8 +259,8 @@ def _demo(app: App, args: argparse.Namespace) -> int:
     drawn = _stream(model, ids, args.num_tokens, sampler, stop_tokens=(), prefix=DEMO_PROMPT)
     measured = [model.metrics]
     if backend != "cpu":  # beside it, the same generation with the host kernels
-        _status(app, "cpu: loading the host kernels (numba compiles them on first use, a minute "
-                "or more, then caches them) and the weights")  # fmt: skip
+        _wait_for(ahead, "host kernels", "JIT compiling in a second process", args)
+        _status(app, "cpu: loading the host kernels (compiled once, then cached) and the weights")
         host = app.model.from_pretrained(directory, backend="cpu", progress=_progress(args))
         _status(app, f"cpu: {args.num_tokens} tokens from the same prompt and seed")
         tokens = host.generate(ids, args.num_tokens, Sampler(seed=args.seed), stop_tokens=())
@@ -271,6 +276,16 @@ def _demo(app: App, args: argparse.Namespace) -> int:
     print(f"against the float32 oracle, from a {len(prompt)}-token prompt:")
     print(report.summary())
     return 0 if report.passed else 1
+
+
+def _wait_for(process, label: str, doing: str, args: argparse.Namespace) -> None:
+    """Wait for `process` (None: nothing to wait for), saying what it does."""
+    if process is None:
+        return
+    with status_line(_progress(args), label) as status:
+        while process.poll() is None:
+            status(doing)
+            time.sleep(0.2)
 
 
 def _ensure_demo_model(app: App, args: argparse.Namespace) -> None:

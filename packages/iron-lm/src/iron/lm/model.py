@@ -22,6 +22,7 @@ and gives what is its own:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +52,30 @@ def progress_bar(progress: bool | None, **kwargs) -> tqdm:
     return tqdm(disable=None if progress is None else not progress, file=sys.stderr, **kwargs)
 
 
+@contextlib.contextmanager
+def status_line(progress: bool | None, label: str):
+    """A function ``status(text)`` that shows ``label: text`` and the time
+    spent on one line of stderr (as `progress_bar` would show a bar), from
+    its first call until the block ends; nothing if it is never called."""
+    shown: list[tqdm] = []
+
+    def status(text: str) -> None:
+        if not shown:
+            shown.append(progress_bar(progress, bar_format="{desc} ({elapsed})"))
+        shown[0].set_description_str(f"{label}: {text}")
+
+    try:
+        yield status
+    finally:
+        if shown:
+            shown[0].close()
+
+
+def _extent(array: np.ndarray) -> tuple[int, int]:
+    start = array.__array_interface__["data"][0]
+    return start, start + array.nbytes
+
+
 class GraphModel:
     """The `CausalLM` protocol (`prefill`, `decode`, `reset`) over an IRON
     graph function, plus `generate` and `metrics`. Logits come back as
@@ -63,9 +88,14 @@ class GraphModel:
     view's pages back to the kernel (`Checkpoint.release`), called on every
     uploaded piece and on gathered tables; `copy(target, view)`: writes an
     uploaded piece into the arena (`Checkpoint.copyto` reads it from the
-    file; default `np.copyto`); `check_intact(view)`: raises if the file
-    under a gathered table was truncated since it was mapped (a read past a
-    file's end kills the process with SIGBUS instead of raising)."""
+    file; default `np.copyto`); `in_place(view)`: whether a weight may be
+    read where it lies instead of copied (`Checkpoint.owns`: the mapping
+    lives as long as the model), which a backend whose memory is the
+    host's does (`iron.dispatch.residents.Residents.load`);
+    `check_intact(view)`: raises if the file under a gathered table was
+    truncated since it was mapped (a read past a file's end kills the
+    process with SIGBUS instead of raising), and, called with None before
+    every run while weights are read in place, if any file was."""
 
     config_class: ClassVar[type]
 
@@ -81,11 +111,15 @@ class GraphModel:
         release: Callable[[np.ndarray], object] | None = None,
         check_intact: Callable[[np.ndarray], object] | None = None,
         copy: Callable[[np.ndarray, np.ndarray], object] | None = None,
+        in_place: Callable[[np.ndarray], bool] | None = None,
     ):
         max_seq_len = self.default_max_seq_len(config) if max_seq_len is None else max_seq_len
         self.check_max_seq_len(config, max_seq_len)
         self.config, self.weights, self.tokenizer = config, weights, tokenizer
         self.release, self.check_intact, self.copy = release, check_intact, copy
+        self.in_place = in_place
+        #: (start, end) addresses of the weights the graph reads in place
+        self._held: list[tuple[int, int]] = []
         self.max_seq_len = max_seq_len
         #: the ids generation stops at: config.json's, with generation_config.json's
         self.eos_token_ids: tuple[int, ...] = tuple(config.eos_token_ids)
@@ -189,6 +223,7 @@ class GraphModel:
             release=checkpoint.release,
             check_intact=checkpoint.check_intact,
             copy=checkpoint.copyto,
+            in_place=checkpoint.owns,
             **options,
         )
         model.generation_config = generation
@@ -220,9 +255,13 @@ class GraphModel:
         """Upload the weights into the arena in pieces of at most
         `piece_bytes`, `threads` at once (default: the graph's
         `UPLOAD_THREADS`), calling ``release(piece)`` (default: the model's
-        `release`) after each. Returns the bytes uploaded."""
+        `release`) after each; those `in_place` accepts are read where they
+        lie instead, where the backend's memory is the host's. Then wait for
+        the host kernels, on a status line. Returns the bytes uploaded or
+        held in place."""
         release = release or self.release
-        total = sum(a.nbytes for a in self.graph_weights().values())
+        weights = self.graph_weights()
+        total = sum(a.nbytes for a in weights.values())
         bar = progress_bar(
             progress, total=total, desc="uploading", unit="B", unit_scale=True, unit_divisor=1024
         )
@@ -233,9 +272,16 @@ class GraphModel:
             bar.update(piece.nbytes)
 
         with bar:
-            return self.forward.load(
-                release=uploaded, piece_bytes=piece_bytes, copy=self.copy, threads=threads
-            )
+            done = self.forward.load(
+                release=uploaded, piece_bytes=piece_bytes, copy=self.copy, threads=threads,
+                in_place=self.in_place, wait=False,
+            )  # fmt: skip
+            held = self.forward.held_in_place()
+            bar.update(sum(weights[n].nbytes for n in held if n in weights))
+        self._held = [_extent(weights[n]) for n in held if n in weights]
+        with status_line(progress, "host kernels") as status:
+            self.forward.ready(status)
+        return done
 
     # ---- running ----
 
@@ -249,6 +295,7 @@ class GraphModel:
                 f"max_seq_len={self.max_seq_len} tokens"
             )
         self.position = None
+        self._check_held()
         started = time.perf_counter()
         logits = np.asarray(self.run_prefill(ids)).astype(np.float32)
         self._ttft, self._decode_seconds = time.perf_counter() - started, []
@@ -268,6 +315,7 @@ class GraphModel:
                 f"max_seq_len={self.max_seq_len}"
             )
         (token,) = self._check_ids("decode", [token_id])
+        self._check_held()
         started = time.perf_counter()
         logits = np.asarray(self.run_decode(token, pos)).astype(np.float32)
         self._decode_seconds.append(time.perf_counter() - started)
@@ -330,11 +378,18 @@ class GraphModel:
         if self.check_intact is not None:  # a gather past a truncated file's end is SIGBUS
             self.check_intact(table)
         rows = np.empty((len(ids), *table.shape[1:]), table.dtype)
+        release = self.release if _extent(table) not in self._held else None  # the graph reads it
         for start in range(0, len(ids), GATHER_ROWS):
             rows[start : start + GATHER_ROWS] = table[ids[start : start + GATHER_ROWS]]
-            if self.release is not None:
-                self.release(table)
+            if release is not None:
+                release(table)
         return rows
+
+    def _check_held(self) -> None:
+        """Weights read in place are read from their files on every run: a
+        file truncated under them must raise here, not end the process."""
+        if self._held and self.check_intact is not None:
+            self.check_intact(None)
 
     def _check_ids(self, method: str, token_ids: Sequence[int]) -> list[int]:
         ids = np.asarray(token_ids)

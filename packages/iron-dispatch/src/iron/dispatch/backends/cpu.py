@@ -37,9 +37,8 @@ import attrs
 
 from iron.core import Operator
 from iron.dispatch.backends import CompilingBackend
-from iron.dispatch.executable import BoundStep, FusedExecutable, kernel
+from iron.dispatch.executable import BoundStep, FusedExecutable, arguments, kernel
 from iron.dispatch.host import HostKernels
-from iron.dispatch.memory import view
 
 log = logging.getLogger("iron.dispatch")
 
@@ -49,6 +48,14 @@ _ATTRIBUTES = ("host", "host_steps")
 def _target(op: Operator, attribute: str) -> str | None:
     target = getattr(type(op), attribute, None)
     return target if isinstance(target, str) else None
+
+
+def host_modules(function) -> set[str]:
+    """The modules of the host kernels the steps of a graph function's
+    compiled versions name (whatever backend compiled them)."""
+    ops = (step.op for version in function.versions.values() for step in version.runlist.steps)
+    targets = (_target(op, attribute) for op in ops for attribute in _ATTRIBUTES)
+    return {target.partition(":")[0] for target in targets if target is not None}
 
 
 def start_imports(kernels: HostKernels, op: Operator) -> None:
@@ -162,23 +169,26 @@ class CpuExecutable(FusedExecutable):
         for step in image.steps:
             start_imports(kernels, step.op)
 
-    def ready(self) -> None:
-        """Wait for the host kernels' imports and warm-ups."""
+    def ready(self, status=None) -> None:
+        """Wait for the host kernels' imports and warm-ups; `status(text)`
+        hears what they are doing while they last (see `HostKernels.wait`)."""
         for step in self.image.steps:
             for attribute in _ATTRIBUTES:
-                host_kernel(self.kernels, step.op, attribute)
+                target = _target(step.op, attribute)
+                if target is not None:
+                    self.kernels.wait(target, status)
+                    self.kernels.kernel(target)
 
     def steps(self) -> list[BoundStep]:
         generation = self.buffers["scratch"].generation
         if generation != self._generation:
-            memory = {arena: buffer.device for arena, buffer in self.buffers.items()}
-            bound = [self._bind(i, step, memory) for i, step in enumerate(self.image.steps)]
+            bound = [self._bind(i, step) for i, step in enumerate(self.image.steps)]
             self._steps = _together(self.kernels, bound)
             self._generation = generation
         return self._steps
 
-    def _bind(self, index, step, memory) -> BoundStep:
-        arrays = [view(memory[p.arena], p.offset, p.nbytes, p.dtype, p.shape) for p in step.args]
+    def _bind(self, index, step) -> BoundStep:
+        arrays = arguments(step, self.buffers)
         fn = host_kernel(self.kernels, step.op)
         if fn is None:
             return BoundStep(index, step, kernel(step.op, False), arrays, dict(step.constants))

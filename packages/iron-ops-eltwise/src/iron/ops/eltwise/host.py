@@ -15,20 +15,73 @@ bf16 (to nearest even) per output. A step whose arrays are not bf16 runs
 its reference.
 
 This module also holds the bf16 bit tricks the gemm family's host kernels
-share (`widen`, `to_bf16`, `bits16`). Compiled code is cached on disk (numba's
-``cache=True``); `warm_up` compiles (or loads) every kernel.
+share (`widen`, `to_bf16`, `bits16`) and where every iron host kernel's
+compiled code is kept (`use_user_cache`); `warm_up` compiles (or loads)
+every kernel.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import caching
 from numba.extending import intrinsic
 
-from iron.core import bf16
+from iron.core import bf16, settings
+
+# ---- where compiled kernels are kept ------------------------------------------------
+
+
+class _UserCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
+    """Numba's cache of an ``iron.*`` module's kernels in the user cache,
+    ``IRON_CACHE_HOME/numba/<module>``, instead of beside the source: every
+    venv and clone of the same code then loads what one compiled (numba's
+    own stamp, the source's sha256, and its version check keep a changed
+    module or another numba from loading stale code)."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._path = kernel_cache_dir(py_func.__module__)
+
+    def get_cache_path(self):
+        return str(self._path)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not py_func.__module__.startswith("iron.") or not os.path.exists(py_file):
+            return None
+        locator = cls(py_func, py_file)
+        try:
+            locator.ensure_cache_path()
+        except OSError:  # not writable: numba's own locators decide
+            return None
+        return locator
+
+
+def use_user_cache() -> None:
+    """Cache iron's kernels in the user cache (`_UserCacheLocator`) from now
+    on; ``NUMBA_CACHE_DIR``, when set, still wins. A host-kernel module calls
+    this before defining its kernels. The list of locators is numba's own
+    (``CacheImpl``, ``_CacheImpl`` before 0.62): where it is not found,
+    kernels stay cached beside their source."""
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    locators = getattr(impl, "_locator_classes", None)
+    if isinstance(locators, list) and _UserCacheLocator not in locators:
+        locators.insert(locators.index(caching.UserProvidedCacheLocator) + 1, _UserCacheLocator)
+
+
+def kernel_cache_dir(module: str) -> Path:
+    """Where `module`'s compiled kernels are kept (unless NUMBA_CACHE_DIR is set)."""
+    return settings.current().cache_home / "numba" / module
+
+
+use_user_cache()
 
 
 @intrinsic
@@ -64,6 +117,15 @@ def to_bf16(value):
 def bits16(array: np.ndarray) -> np.ndarray:
     """A bf16 array's bits, as numba can take them (it knows no bf16)."""
     return array.view(np.uint16)
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    """A read-only view of `array`. A weight reaches a kernel as one always:
+    numba compiles read-only and writable arrays apart, and a weight may be
+    read where it lies, in a checkpoint's read-only mapping."""
+    out = array.view()
+    out.flags.writeable = False
+    return out
 
 
 def _all_bf16(*arrays) -> bool:
@@ -176,7 +238,7 @@ def rms_norm(op, x, *rest):
         y[...] = op.reference(x, *weight)
         return
     bits = bits16(weight[0]) if weight else np.zeros(1, np.uint16)
-    _rms_norm(bits16(x), bits, bits16(y), np.float32(op.eps), bool(weight))
+    _rms_norm(bits16(x), readonly(bits), bits16(y), np.float32(op.eps), bool(weight))
 
 
 def rope(op, x, angles, y):
@@ -208,20 +270,49 @@ def strided_copy(op, x, y, *, in_offset, out_offset):
     y[int(out_offset) : int(out_offset) + op.count] = source.reshape(-1)
 
 
-def warm_up() -> dict:
-    """Compile (or load from the on-disk cache) every kernel on tiny inputs.
-    Returns the seconds it took and how many kernels had to be compiled
-    (0: all came from the cache)."""
+def warm(calls, status=None) -> dict:
+    """Call each ``(kernel, args)`` of `calls` once, which compiles it or
+    loads it compiled from the cache, calling ``status(text)`` before each
+    with which it is and whether it compiles. Returns the seconds it took,
+    how many kernels had to be compiled (0: all came from the cache) and
+    the cache directory."""
     started = time.perf_counter()
-    flat, rows = np.zeros(2, np.uint16), np.zeros((2, 4), np.uint16)
-    _add(flat, flat, flat.copy())
-    _mul(flat, flat, flat.copy())
-    _silu(flat, flat.copy())
-    _rms_norm(rows, rows[0], rows.copy(), np.float32(1e-5), True)
-    _rope(rows, rows[:1], rows.copy(), True)
-    _softmax(rows, rows.copy(), 2)
-    kernels = (_add, _mul, _silu, _rms_norm, _rope, _softmax)
+    for k, (kernel, args) in enumerate(calls):
+        if status is not None:
+            status(_jit_status(kernel, f"{k + 1} of {len(calls)}"))
+        kernel(*args)
+    kernels = list(dict.fromkeys(kernel for kernel, _ in calls))  # one per specialisation set
     return {
         "seconds": time.perf_counter() - started,
         "compiled": sum(bool(k.stats.cache_misses) for k in kernels),
+        "cache_dir": kernels[0].stats.cache_path,
     }
+
+
+def _jit_status(kernel, count: str) -> str:
+    """What calling `kernel` the first time in this process does: load its
+    compiled code, or compile it (when the cache holds no index for it)."""
+    where = kernel.stats.cache_path
+    code = kernel.py_func.__code__
+    pattern = f"*.{kernel.py_func.__qualname__}-{code.co_firstlineno}.py*.nbi"
+    name = f"{kernel.py_func.__module__}.{kernel.py_func.__name__}"
+    if where and any(Path(where).glob(pattern)):
+        return f"loading compiled kernels ({count}: {name})"
+    return f"JIT compiling kernels ({count}: {name}; cached in {where} for later runs)"
+
+
+def warm_up(status=None) -> dict:
+    """Compile (or load from the on-disk cache) every kernel on tiny inputs
+    (see `warm`)."""
+    flat, rows = np.zeros(2, np.uint16), np.zeros((2, 4), np.uint16)
+    return warm(
+        [
+            (_add, (flat, flat, flat.copy())),
+            (_mul, (flat, flat, flat.copy())),
+            (_silu, (flat, flat.copy())),
+            (_rms_norm, (rows, readonly(rows[0]), rows.copy(), np.float32(1e-5), True)),
+            (_rope, (rows, rows[:1], rows.copy(), True)),
+            (_softmax, (rows, rows.copy(), 2)),
+        ],
+        status,
+    )

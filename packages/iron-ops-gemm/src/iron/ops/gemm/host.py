@@ -24,9 +24,12 @@ count and on every run. GEMM's products are BLAS's, run on one
 BLAS thread per panel (see `gemm`), its panels shared out on the worker
 threads of the session that runs it (the cpu backend passes its `pool`;
 nothing of it lives in this module). Compiled code is cached on disk (numba's
-``cache=True``: beside this module, else numba's user cache, or
-``NUMBA_CACHE_DIR``); `warm_up` compiles (or loads) every kernel and says
-how long that took. ``NUMBA_NUM_THREADS`` sets the threads (default: every
+``cache=True``) in the user cache, ``IRON_CACHE_HOME/numba/iron.ops.gemm.host``
+(iron-ops-eltwise's `use_user_cache`; ``NUMBA_CACHE_DIR`` wins), so every
+venv of the same code loads what one compiled; weights reach the kernels
+read-only (`readonly`), as a checkpoint's mapping hands them out, so one
+specialisation serves both. `warm_up` compiles (or loads) every kernel
+and says how long that took. ``NUMBA_NUM_THREADS`` sets the threads (default: every
 core).
 """
 
@@ -35,7 +38,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-import time
 from concurrent.futures import wait
 
 import numba
@@ -46,6 +48,7 @@ from iron.core import bf16
 
 # the bf16 bit tricks are shared with the eltwise family's host kernels
 from iron.ops.eltwise.host import bits16 as _bits16
+from iron.ops.eltwise.host import readonly, warm
 from iron.ops.eltwise.host import to_bf16 as _round
 from iron.ops.eltwise.host import widen as _widen
 
@@ -103,12 +106,44 @@ def _gemv_group(a0, a1, a2, x, y0, y1, y2):
         y[r] = _round(acc)
 
 
+@njit(parallel=True, fastmath=_FAST, cache=True)
+def _gemv_group_narrow(a0, a1, a2, x, y0, y1, y2):
+    """`_gemv_group` with x widened where it is read instead of once: for
+    long rows, whose float32 x would fill L1 beside the streaming rows."""
+    depth = x.shape[0]
+    first, second = a0.shape[0], a0.shape[0] + a1.shape[0]
+    for n in prange(second + a2.shape[0]):
+        i = np.int64(n)
+        if i < first:
+            a, y, r = a0, y0, i
+        elif i < second:
+            a, y, r = a1, y1, i - first
+        else:
+            a, y, r = a2, y2, i - second
+        row = a[r]
+        acc = np.float32(0)
+        for k in range(depth):
+            acc += _widen(row[k]) * _widen(x[k])
+        y[r] = _round(acc)
+
+
+#: longest x (elements) widened once per launch; a longer one is widened
+#: where it is read: at 8192 (an MLP's down projection) the float32 x (32
+#: KiB, all of L1) and the streaming rows evict each other, and the bf16 x
+#: streamed 2048 rows of 8192 17-20% faster (15.6 against 18.1 GB/s on two
+#: threads, medians of 9 alternating passes); at 2048 widening once is as
+#: fast or faster
+WIDE_X_MAX = 4096
+
+
 def _gemv_launch(pairs, x) -> None:
-    """Up to GEMV_GROUP (a, y) bit pairs sharing x, as one launch."""
+    """Up to GEMV_GROUP (a, y) bit pairs sharing x, as one launch (the
+    matrices read-only, as weights always reach a kernel)."""
     depth = x.shape[0]
     empty = (np.empty((0, depth), np.uint16), np.empty(0, np.uint16))
     (a0, y0), (a1, y1), (a2, y2) = [*pairs, *[empty] * (GEMV_GROUP - len(pairs))]
-    _gemv_group(a0, a1, a2, x, y0, y1, y2)
+    kernel = _gemv_group if depth <= WIDE_X_MAX else _gemv_group_narrow
+    kernel(readonly(a0), readonly(a1), readonly(a2), x, y0, y1, y2)
 
 
 def gemv(op, A, x, y):
@@ -183,7 +218,7 @@ def gemm(op, A, B, C, *, pool=None):
             width = min(step, op.N - start)
             widened = panel[: width * op.K].reshape(width, op.K)
             # contiguous arrays only: one compiled specialisation per kernel
-            _widen_rows(np.ascontiguousarray(columns[start : start + width]), widened)
+            _widen_rows(readonly(np.ascontiguousarray(columns[start : start + width])), widened)
             # C's columns as rows: sgemm runs a wide panel times few rows 2.5 to 4x
             # faster than few rows times a panel (measured at 128 x 2048 x 2048)
             block = np.matmul(widened, a_t)
@@ -424,26 +459,30 @@ def mha(op, Q, K, V, O):  # noqa: E741 (the spec names)
 # ---- housekeeping -----------------------------------------------------------------
 
 
-def warm_up() -> dict:
-    """Compile (or load from the on-disk cache) every kernel on tiny inputs.
-    Returns the seconds it took, how many kernels had to be compiled (0:
-    all came from the cache), the cache directory and the thread count."""
-    started = time.perf_counter()
-    a = np.zeros((1, 2, 32), np.uint16)
-    _gemv_launch([(a[0], np.zeros(2, np.uint16))], np.zeros(32, np.uint16))
-    _widen_rows(a[0], np.zeros((2, 32), np.float32))
-    _round_into(np.zeros((2, 2), np.float32), np.zeros((2, 2), np.uint16), 0, False)
+def warm_up(status=None) -> dict:
+    """Compile (or load from the on-disk cache) every kernel on tiny inputs,
+    weights read-only as the kernels get them (see
+    `iron.ops.eltwise.host.warm`); also says the thread count."""
+    a = readonly(np.zeros((2, 32), np.uint16))
+    no_rows = readonly(np.empty((0, 32), np.uint16))
     cache = np.zeros((2, 1, 32), np.uint16)
-    _gqa_scores(np.zeros((2, 32), np.uint16), cache, np.zeros((2, 2), np.uint16), 1,
-                np.float32(1))  # fmt: skip
-    _gqa_context(np.zeros((2, 2), np.uint16), cache, np.zeros((2, 32), np.uint16), 1)
     rows = np.zeros((2, 2, 32), np.uint16)
-    _mha(rows, rows[:, :1].copy(), rows[:, :1].copy(), np.zeros((2, 2, 32), np.uint16), 1,
-         np.float32(1), True)  # fmt: skip
-    kernels = (_gemv_group, _widen_rows, _round_into, _gqa_scores, _gqa_context, _mha)
-    return {
-        "seconds": time.perf_counter() - started,
-        "compiled": sum(bool(k.stats.cache_misses) for k in kernels),
-        "cache_dir": _gemv_group.stats.cache_path,
-        "threads": numba.get_num_threads(),
-    }
+    report = warm(
+        [
+            (_gemv_group, (a, no_rows, no_rows, np.zeros(32, np.uint16), np.zeros(2, np.uint16),
+                           np.empty(0, np.uint16), np.empty(0, np.uint16))),
+            (_gemv_group_narrow, (a, no_rows, no_rows, np.zeros(32, np.uint16),
+                                  np.zeros(2, np.uint16), np.empty(0, np.uint16),
+                                  np.empty(0, np.uint16))),
+            (_widen_rows, (a, np.zeros((2, 32), np.float32))),
+            (_widen_rows, (np.zeros((2, 32), np.uint16), np.zeros((2, 32), np.float32))),
+            (_round_into, (np.zeros((2, 2), np.float32), np.zeros((2, 2), np.uint16), 0, False)),
+            (_gqa_scores, (np.zeros((2, 32), np.uint16), cache, np.zeros((2, 2), np.uint16), 1,
+                           np.float32(1))),
+            (_gqa_context, (np.zeros((2, 2), np.uint16), cache, np.zeros((2, 32), np.uint16), 1)),
+            (_mha, (rows, rows[:, :1].copy(), rows[:, :1].copy(), np.zeros((2, 2, 32), np.uint16),
+                    1, np.float32(1), True)),
+        ],
+        status,
+    )  # fmt: skip
+    return {**report, "threads": numba.get_num_threads()}
