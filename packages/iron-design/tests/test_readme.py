@@ -31,7 +31,7 @@ def test_the_limit_table_is_complete():
 def test_the_lowered_tables_are_what_the_command_prints(capsys):
     from iron.core.cli import main
 
-    shown = README.split("<!-- lowered:split_join -->\n```\n", 1)[1].split("```", 1)[0]
+    shown = README.split("<!-- lowered:split_join -->\n```text\n", 1)[1].split("```", 1)[0]
     args = ["design", "example", "split_join", "workers=2", "n=1024", "tile=256", "--lowered"]
     assert main([*args, "--device", "npu1"]) == 0
     assert capsys.readouterr().out == shown

@@ -55,6 +55,7 @@ from iron.design.model import (
     split,
 )
 from iron.design.operators import design_of, has_design
+from iron.design.pictures import design_svg
 from iron.design.place import place
 from iron.design.simulate import (
     CoverageError,
@@ -133,6 +134,7 @@ __all__ = [
     "check",
     "core",
     "design_of",
+    "design_svg",
     "device_block",
     "find_toolchain",
     "forward",

@@ -55,7 +55,17 @@ Before running, every task's TAP and every BD's dimensions are checked
 against their buffer (`OutOfBoundsError`), against whole objects and the
 shim's iteration count (`TransferError`), and every push against its queue
 (`QueueError`); after, each OUT tensor must have been written exactly once
-everywhere and each INOUT tensor at most once (`CoverageError`).
+everywhere and each INOUT tensor at most once (`CoverageError`: the drains'
+contiguous pieces kept as spans, counted per element only where a pattern
+scatters or the spans break the rule).
+
+Replays. The machine's course depends on the design and the parameters
+that steer it (loop counts, task offsets), never on the data. A `Simulator`
+lowers its design once; the first run with each set of steering values
+records, in order, each move of elements (from a buffer of the machine to
+others: runtime tensors, then pool slots, by number) and each kernel call
+with its arguments, and a later run replays that record on new data:
+slots and local buffers garbage again, kernel scalars from its parameters.
 """
 
 from __future__ import annotations
