@@ -1,7 +1,9 @@
 """`Simulator`: a design run many times, replaying the machine's record.
 Every replay must give what a fresh `simulate` gives on the same data."""
 
+import gc
 import importlib
+import weakref
 
 import numpy as np
 import pytest
@@ -190,3 +192,14 @@ def test_a_simulator_refuses_what_is_not_a_design():
     simulator = Simulator(examples.add_one(npu2))
     with pytest.raises(ValueError, match="design add_one has no tensor 'z'"):
         simulator.run({"x": np.zeros(4096, np.int32), "z": np.zeros(1)})
+
+
+def test_a_record_keeps_no_runs_tensors(npu1):
+    """A simulator held by a device library must not hold every step's data."""
+    simulator = Simulator(examples.add_one(npu1))
+    for _ in range(2):  # the recording run, then a replay
+        run = simulator.run({"x": np.arange(4096, dtype=np.int32)})
+        kept = [weakref.ref(array) for array in run.tensors.values()]
+        del run
+        gc.collect()
+        assert [r() for r in kept] == [None, None]

@@ -1335,8 +1335,11 @@ class _Replay:
 
     def __init__(self, machine: _Machine):
         self.events = _compiled(machine.events)
-        self.buffers = machine.buffers
         self.names = [t.name for t in machine.design.tensors]
+        # a record keeps no run's tensors (its calls' workers lead back to the machine)
+        self.buffers = machine.buffers
+        self.buffers[: len(self.names)] = [None] * len(self.names)
+        machine.arrays = None
         self.pools = [(pool.slots, pool.kind) for pool in machine.pools]
         self.locals = [
             (worker.buffers[b.name], b) for worker in machine.workers for b in worker.core.buffers
@@ -1356,6 +1359,12 @@ class _Replay:
                 np.copyto(array, buffer.initial_value, casting="unsafe")
         buffers = self.buffers
         buffers[: len(self.names)] = [arrays[name].reshape(-1) for name in self.names]
+        try:
+            self._replay(buffers, params)
+        finally:
+            buffers[: len(self.names)] = [None] * len(self.names)
+
+    def _replay(self, buffers: list, params: dict[str, int]) -> None:
         for event in self.events:
             kind = event[0]
             if kind == MOVE_ONE:
