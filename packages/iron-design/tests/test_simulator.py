@@ -203,3 +203,14 @@ def test_a_record_keeps_no_runs_tensors(npu1):
         del run
         gc.collect()
         assert [r() for r in kept] == [None, None]
+
+
+def test_a_pattern_too_long_to_hold_whole_is_not_recorded(npu1, machine_runs, monkeypatch):
+    """The transpose's fill walks a pattern computed a piece at a time past
+    `Walk.WHOLE` visits: a record would hold all of it, so none is kept."""
+    monkeypatch.setattr(simulate_module.Walk, "WHOLE", 1000)
+    simulator = Simulator(examples.transpose(npu1, 64, 64))
+    x = np.arange(64 * 64, dtype=np.int32).reshape(64, 64)
+    for _ in range(2):
+        np.testing.assert_array_equal(simulator.run({"x": x})["y"], x.T)
+    assert len(machine_runs) == 2 and not simulator._replays

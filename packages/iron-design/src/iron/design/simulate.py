@@ -247,8 +247,10 @@ class Simulator:
     and records each move of elements and each kernel call in the order the
     machine made them; a later run with those values replays the record on
     its own data (kernel scalars take its parameters), slots and buffers
-    starting as garbage again. The last `KEPT` records are kept. One run at
-    a time: a simulator's pools are its own."""
+    starting as garbage again. The last `KEPT` records are kept; a run
+    whose task walks a pattern too long to hold whole (`Walk.WHOLE`) keeps
+    none, since its record would. One run at a time: a simulator's pools are
+    its own."""
 
     KEPT = 8
 
@@ -268,9 +270,10 @@ class Simulator:
             replay = self._replays.get(key)
             if replay is None:
                 result, replay = self._machine_run(tensors, values, record=True)
-                self._replays[key] = replay
-                if len(self._replays) > self.KEPT:
-                    self._replays.popitem(last=False)
+                if replay is not None:
+                    self._replays[key] = replay
+                    if len(self._replays) > self.KEPT:
+                        self._replays.popitem(last=False)
                 return result
             self._replays.move_to_end(key)
             arrays = _arrays(self.design, tensors)
@@ -283,7 +286,7 @@ class Simulator:
         machine = _Machine(self.lowered, _arrays(self.design, tensors), params, tasks, record)
         machine.run()
         result = Simulation(self.design, machine.arrays, machine.traffic())
-        return result, _Replay(machine) if record else None
+        return result, _Replay(machine) if machine.events is not None else None
 
 
 def _steering_params(design: Design) -> tuple[str, ...]:
@@ -680,6 +683,10 @@ class ShimChannel(Channel):
         task = self.task
         tensor = task.statement.tensor
         index = task.walk.indices(task.moved, task.moved + k)
+        if task.walk.whole is None and not task.walk.scan:
+            # a piece of a long pattern, computed for this move: a record would
+            # hold the whole pattern's indices, so this run keeps none
+            self.machine.events = None
         if not self.sends:
             self.machine.written(tensor, index)
         return self.machine.tensor_refs[tensor], index
@@ -798,7 +805,7 @@ class Stream:
 
     def step(self) -> bool:
         source, sinks = self.source, self.sinks
-        buffers, events = self.machine.buffers, self.machine.events
+        buffers = self.machine.buffers
         moved = False
         while True:
             k = source.available()
@@ -813,8 +820,8 @@ class Stream:
             targets = [sink.span(k) for sink in sinks]
             for target, at in targets:
                 buffers[target][at] = chunk
-            if events is not None:
-                events.append((MOVE, ref, index, targets))
+            if self.machine.events is not None:
+                self.machine.events.append((MOVE, ref, index, targets))
             source.advance(k, READ)
             for sink in sinks:
                 sink.advance(k, WRITTEN)
