@@ -8,9 +8,10 @@ Objects counts the objects the runtime's fills send. `simulate` is one call
 (lowering, placement, checks and the machine's run); `Simulator.run` a
 later run of a `Simulator` made once, which replays the machine's record.
 "x copy" divides each by the time np.copyto takes to copy every byte of the
-run's tensors (inputs and outputs) between arrays allocated beforehand.
-The three are timed in interleaved rounds and the medians taken, so what
-runs beside slows them alike.
+run's tensors (inputs and outputs) between arrays allocated beforehand:
+the three are timed in turn, round after round, and a ratio is the median
+over rounds of each round's time against that round's copy, so what runs
+beside slows both sides of it alike.
 """
 
 from __future__ import annotations
@@ -61,15 +62,15 @@ def objects(design) -> int:
     )
 
 
-def interleaved(functions, rounds: int) -> list[float]:
-    """The median seconds of each function, timed in turn, `rounds` times."""
+def interleaved(functions, rounds: int) -> list[list[float]]:
+    """Seconds of each function in each round, the functions timed in turn."""
     times: list[list[float]] = [[] for _ in functions]
     for _ in range(rounds):
         for fn, spent in zip(functions, times):
             start = time.perf_counter()
             fn()
             spent.append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+    return times
 
 
 def measure(quick: bool) -> str:
@@ -90,17 +91,21 @@ def measure(quick: bool) -> str:
                 lambda s=simulator, x=x: s.run({"x": x}),
                 copy,
             ],
-            rounds=3 if quick else 9,
+            rounds=3 if quick else 15,
         )
+
+        def ratio(times):  # each round's against its own copy: what ran beside slowed both
+            return statistics.median(t / c for t, c in zip(times, copied))
+
         rows.append(
             [
                 label,
                 f"{expected.size:,}",
                 f"{objects(design):,}",
-                f"{1000 * once:.1f}",
-                f"{once / copied:.0f}x",
-                f"{1000 * replayed:.1f}",
-                f"{replayed / copied:.0f}x",
+                f"{1000 * statistics.median(once):.1f}",
+                f"{ratio(once):.0f}x",
+                f"{1000 * statistics.median(replayed):.1f}",
+                f"{ratio(replayed):.0f}x",
             ]
         )
     header = ["design", "elements out", "objects in", "simulate ms", "x copy",

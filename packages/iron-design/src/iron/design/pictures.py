@@ -65,7 +65,7 @@ def design_svg(
 
     notes = _notes(report, blocked)
     heading = title or f"design {design.name} on {device.name} ({device.columns} columns)"
-    grid_w = MARGIN + (last - first + 1) * (TILE_W + GAP_X)  # the last gap: bends, labels
+    grid_w = MARGIN + (last - first + 1) * (TILE_W + GAP_X) + 100  # the last bends' labels
     grid_h = TOP + (top_row + 1) * (TILE_H + GAP_Y) - GAP_Y
     longest = max([len(heading), *(len(t) + 2 * indent for t, _, indent in notes)])
     width = max(grid_w, min(1800, 40 + 7 * longest))
@@ -234,9 +234,9 @@ def _fifos(design: Design, box, blocked: set[str]) -> list[str]:
             lane = bends[a.col].index(i)
             x0, x1 = ax + TILE_W, bx + TILE_W
             y0, y1 = ay + 30 + 10 * lane, by + 30 + 10 * lane
-            bend = x0 + 14 + 10 * lane
+            bend = x0 + 14 + 7 * lane
             d = f"M{x0},{y0} C{bend},{y0} {bend},{y1} {x1},{y1}"
-            at = (x0 + 14 + 10 * len(bends[a.col]), (y0 + y1) / 2 + 12 * lane, "start")
+            at = (x0 + 14 + 7 * len(bends[a.col]), (y0 + y1) / 2 + 12 * lane, "start")
         elif a.col == b.col:
             group = pairs[frozenset((a, b))]
             lane = group.index(i)
