@@ -94,7 +94,7 @@ def measure(quick: bool) -> str:
             rounds=3 if quick else 15,
         )
 
-        def ratio(times):  # each round's against its own copy: what ran beside slowed both
+        def ratio(times, copied=copied):  # each round's time against that round's copy
             return statistics.median(t / c for t, c in zip(times, copied))
 
         rows.append(

@@ -71,9 +71,14 @@ def test_every_example_is_drawn_with_its_tiles_and_an_arrow_per_fifo_end(name, d
     for worker in examples.EXAMPLES[name](Device.from_name(device)).workers:
         assert any(w.startswith(f"{worker.name}: ") for w in words)
     assert "fits the device" in words
-    drawn = colours(svg)
+    bands = {r.get("fill") for r in ET.fromstring(svg).iter(f"{SVG}rect")}
     kinds = {"shim", "memtile" if design.links else "shim", "core" if design.workers else "shim"}
-    assert {KIND_COLOUR[k] for k in kinds} <= drawn
+    assert bands & set(KIND_COLOUR.values()) == {KIND_COLOUR[k] for k in kinds}
+
+
+def test_a_renderer_draws_the_array_in_its_tile_colours():
+    drawn = colours(design_svg(examples.split_join(NPU1, workers=2)))
+    assert set(KIND_COLOUR.values()) <= drawn
     assert OVER not in drawn
 
 
@@ -190,3 +195,22 @@ def test_simulate_refuses_bad_input_with_one_line(capsys):
     assert "unknown operator 'NoSuchOperator'" in capsys.readouterr().err
     assert main(["design", "simulate", "AddOne", "size"]) == 2
     assert "parameters are key=value, got 'size'" in capsys.readouterr().err
+
+
+def test_simulate_takes_design_parameters_from_the_operator_or_names_the_one_it_lacks(
+    capsys, monkeypatch
+):
+    require_distribution("iron-design-example-plugin")
+    real = design_cli.design_of
+    monkeypatch.setattr(
+        design_cli, "design_of", lambda op: attrs.evolve(real(op), params=("tile",))
+    )
+    args = ["design", "simulate", "AddOne", "size=4096", "--device", "npu1", "--json"]
+    assert main(args) == 0  # an integer field of the operator
+    assert json.loads(capsys.readouterr().out)["passed"]
+    monkeypatch.setattr(design_cli, "design_of", lambda op: attrs.evolve(real(op), params=("k",)))
+    assert main(args) == 2
+    assert (
+        "design add_one: parameter k is neither a per-call member nor an integer field of AddOne"
+        in capsys.readouterr().err
+    )

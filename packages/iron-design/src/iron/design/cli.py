@@ -140,6 +140,8 @@ def simulate_operator(args) -> int:
     for name in design.params:
         value = getattr(op, name, None)
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if name in op.per_call_members():
+                raise ValueError(f"{where} reads {name} per call: give it ({name}=INT)")
             raise ValueError(
                 f"{where}: parameter {name} is neither a per-call member nor an integer field "
                 f"of {type(op).__name__}"
