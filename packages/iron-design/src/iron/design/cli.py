@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 
+import attrs
 import numpy as np
 
 from iron.core.cli import make_operator, parse_params, table
@@ -129,24 +130,14 @@ def simulate_operator(args) -> int:
     params = parse_params(args.params, "iron design simulate")
     op = make_operator(args.name, params, "iron design simulate").resolve(device)
     design = design_of(op)
-    specs = op.arg_specs()
     where = f"iron design simulate {args.name}: design {design.name}"
+    specs = op.arg_specs()
     if [t.nbytes for t in design.tensors] != [s.nbytes for s in specs]:
         raise ValueError(
             f"{where}: its runtime tensors are not the operator's buffers, one per arg spec "
             "with its bytes"
         )
-    values = {}
-    for name in design.params:
-        value = getattr(op, name, None)
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            if name in op.per_call_members():
-                raise ValueError(f"{where} reads {name} per call: give it ({name}=INT)")
-            raise ValueError(
-                f"{where}: parameter {name} is neither a per-call member nor an integer field "
-                f"of {type(op).__name__}"
-            )
-        values[name] = int(value)
+    values = _design_values(op, design, where)
     inputs = op.example_inputs(np.random.default_rng(args.seed))
     reads = iter(inputs)
     tensors = {
@@ -161,27 +152,24 @@ def simulate_operator(args) -> int:
     except SimulationError as error:
         blocked = getattr(error, "blocked", ())
         outcome |= {"passed": False, "error": type(error).__name__, "message": str(error),
-                    "blocked": [_blocked(b) for b in blocked]}  # fmt: skip
+                    "blocked": [attrs.asdict(b) for b in blocked]}  # fmt: skip
         print(json.dumps(outcome, indent=1) if args.json else f"{type(error).__name__}: {error}")
         _picture(design, args, blocked)
         return 1
-    expected = op.call_reference(*inputs)
     tolerance = op.tolerance(device, inputs=inputs)
-    verdicts = []
-    for (tensor, spec), want in zip(
-        [(t, s) for t, s in zip(design.tensors, specs) if s.writes], expected
-    ):
-        got = _as(run[tensor.name], want.dtype, want.shape)
-        verdicts.append((spec.name, compare(got, want, tolerance, name=spec.name)))
+    written = [(t, s) for t, s in zip(design.tensors, specs) if s.writes]
+    verdicts = [
+        compare(_as(run[t.name], want.dtype, want.shape), want, tolerance, name=s.name)
+        for (t, s), want in zip(written, op.call_reference(*inputs))
+    ]
     traffic = run.traffic
     outcome |= {
-        "passed": all(v.passed for _, v in verdicts),
-        "outputs": [{"output": name, "passed": v.passed, "mismatches": v.n_mismatch,
+        "passed": all(verdicts),
+        "outputs": [{"output": s.name, "passed": v.passed, "mismatches": v.n_mismatch,
                      "elements": v.n_checked, "max_abs": v.max_abs, "max_rel": v.max_rel,
-                     "detail": v.detail} for name, v in verdicts],
-        "traffic": {"tensors": {n: {"read": b.read, "written": b.written}
-                                for n, b in traffic.tensors.items()},
-                    "ddr": {"read": traffic.ddr.read, "written": traffic.ddr.written}},
+                     "detail": v.detail} for (_, s), v in zip(written, verdicts)],
+        "traffic": {"tensors": {n: attrs.asdict(b) for n, b in traffic.tensors.items()},
+                    "ddr": attrs.asdict(traffic.ddr)},
     }  # fmt: skip
     if args.json:
         print(json.dumps(outcome, indent=1))
@@ -190,7 +178,7 @@ def simulate_operator(args) -> int:
             f"design {design.name} on {device.key}, simulated on random inputs (seed "
             f"{args.seed}) against {type(op).__name__}'s reference, tolerance {tolerance}:"
         )
-        for _, verdict in verdicts:
+        for verdict in verdicts:
             print(f"  {'PASS' if verdict.passed else 'FAIL'} {verdict.detail}")
         rows = [[n, f"{b.read:,}", f"{b.written:,}"] for n, b in traffic.tensors.items()]
         rows.append(["DDR", f"{traffic.ddr.read:,}", f"{traffic.ddr.written:,}"])
@@ -200,16 +188,27 @@ def simulate_operator(args) -> int:
     return 0 if outcome["passed"] else 1
 
 
+def _design_values(op, design: Design, where: str) -> dict[str, int]:
+    """Each runtime parameter of the design: the operator's per-call member
+    or integer field of that name (as a compiled graph binds a step's)."""
+    values = {}
+    for name in design.params:
+        value = getattr(op, name, None)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if name in op.per_call_members():
+                raise ValueError(f"{where} reads {name} per call: give it ({name}=INT)")
+            raise ValueError(
+                f"{where}: parameter {name} is neither a per-call member nor an integer field "
+                f"of {type(op).__name__}"
+            )
+        values[name] = int(value)
+    return values
+
+
 def _as(array: np.ndarray, dtype, shape) -> np.ndarray:
     """`array`'s bytes as `dtype` in `shape` (an operator's buffer as its
     design's tensor sees it, and back)."""
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8).view(dtype).reshape(shape)
-
-
-def _blocked(record) -> dict:
-    return {"actor": record.actor, "waits": record.waits, "fifo": record.fifo,
-            "lock": record.lock, "needs": record.needs, "has": record.has,
-            "idle": record.idle}  # fmt: skip
 
 
 def as_data(design: Design) -> dict:

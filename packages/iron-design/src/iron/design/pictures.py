@@ -19,7 +19,8 @@ from xml.sax.saxutils import escape
 
 from iron.design.check import check
 from iron.design.lower import emitted_depth, endpoint_tile, lower, shared_memory_tile
-from iron.design.model import Design, Tile, require_design
+from iron.design.model import Design, Drain, Fill, Tile, require_design
+from iron.design.simulate import Blocked
 from iron.design.usage import MM2S, S2MM, tile_usage
 
 TILE_W, TILE_H = 240, 150
@@ -35,7 +36,7 @@ def design_svg(
     design: Design,
     path: str | Path | None = None,
     *,
-    blocked: Sequence = (),
+    blocked: Sequence[Blocked] = (),
     title: str | None = None,
 ) -> str:
     """The picture of `design` (placed first) as SVG text, also written to
@@ -61,7 +62,7 @@ def design_svg(
     faults: dict[Tile, list] = defaultdict(list)
     for violation in report.violations:
         faults[violation.tile].append(violation)
-    blocked_fifos = {b.fifo for b in blocked if getattr(b, "fifo", None)}
+    blocked_fifos = {b.fifo for b in blocked if b.fifo}
 
     notes = _notes(report, blocked)
     heading = title or f"design {design.name} on {device.name} ({device.columns} columns)"
@@ -84,8 +85,8 @@ def design_svg(
         ),
         "</defs>",
         f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{MARGIN}" y="{28}" font-size="15">{escape(heading)}</text>',
-        f'<text x="{MARGIN}" y="{48}" fill="{"#2a7a2a" if report.ok else OVER}">'
+        f'<text x="{MARGIN}" y="28" font-size="15">{escape(heading)}</text>',
+        f'<text x="{MARGIN}" y="48" fill="{"#2a7a2a" if report.ok else OVER}">'
         f"{escape(verdict)}{'; deadlock: ' + str(len(blocked)) + ' blocked' if blocked else ''}"
         "</text>",
     ]
@@ -115,7 +116,7 @@ def _notes(report, blocked) -> list[tuple[str, str, int]]:
         notes += [(str(v), OVER, 1) for v in report.violations]
     if blocked:
         notes.append(("blocked, as the deadlock report lists them:", BLOCKED, 0))
-        notes += [(str(b), "#777" if getattr(b, "idle", False) else BLOCKED, 1) for b in blocked]
+        notes += [(str(b), "#777" if b.idle else BLOCKED, 1) for b in blocked]
     return notes
 
 
@@ -180,25 +181,19 @@ def _contents(design: Design, tile: Tile, kind: str) -> list[str]:
             for k in design.links
             if k.tile == tile
         ]
-    fills, drains = [], []
+    fills, drains = {}, {}  # as dicts: in order, once each
     for statement in design.sequence:
-        fifo = getattr(statement, "fifo", None)
-        if fifo is None or not hasattr(statement, "tensor"):
+        if not isinstance(statement, (Fill, Drain)):
             continue
-        end = design.fifo(fifo)
-        shims = [e for e in (end.producer, *end.consumers) if e.kind == "shim"]
-        if any(e.tile == tile for e in shims):
-            (fills if type(statement).__name__ == "Fill" else drains).append(
-                f"{statement.tensor}->{fifo}"
-                if type(statement).__name__ == "Fill"
-                else f"{fifo}->{statement.tensor}"
-            )
-    lines = []
-    if fills:
-        lines.append("fills " + ", ".join(dict.fromkeys(fills)))
-    if drains:
-        lines.append("drains " + ", ".join(dict.fromkeys(drains)))
-    return lines
+        fifo = design.fifo(statement.fifo)
+        if not any(e.kind == "shim" and e.tile == tile for e in (fifo.producer, *fifo.consumers)):
+            continue
+        if isinstance(statement, Fill):
+            fills[f"{statement.tensor}->{fifo.name}"] = None
+        else:
+            drains[f"{fifo.name}->{statement.tensor}"] = None
+    lines = [f"fills {', '.join(fills)}"] if fills else []
+    return lines + ([f"drains {', '.join(drains)}"] if drains else [])
 
 
 def _tip(tile: Tile, kind: str, used, faults) -> str:
