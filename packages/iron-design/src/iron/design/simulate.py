@@ -1447,13 +1447,13 @@ class _Writes:
         """Writes per element; None when the spans alone show every element
         written at most once (`exactly_once`: exactly once)."""
         if self.scattered is None:
-            end, overlaps = 0, False
+            end, broken = 0, False
             for start, stop in sorted(self.spans):
-                if start < end or (exactly_once and start > end):
-                    overlaps = True
+                if start < end or (exactly_once and start > end):  # written twice, or a gap
+                    broken = True
                     break
                 end = stop
-            if not overlaps and (not exactly_once or end == self.size):
+            if not broken and (not exactly_once or end == self.size):
                 return None
         counts = np.zeros(self.size, np.int64)
         if self.scattered is not None:
