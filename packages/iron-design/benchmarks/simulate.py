@@ -1,26 +1,35 @@
 """Simulator speed: the known-answer designs at sizes up to 1M elements on
-npu1, each run checked against its numpy answer.
+npu1, each run checked against its numpy answer, against np.copyto of the
+same bytes.
 
     uv run python packages/iron-design/benchmarks/simulate.py [--quick] [--write-readme]
 
-Objects counts the objects the runtime's fills send; seconds is the median
-of several runs of `simulate` (placement, checks and the run).
+Objects counts the objects the runtime's fills send. `simulate` is one call
+(lowering, placement, checks and the machine's run); `Simulator.run` a
+later run of a `Simulator` made once, which replays the machine's record.
+"x copy" divides each by the time np.copyto takes to copy every byte of the
+run's tensors (inputs and outputs) between arrays allocated beforehand:
+the three are timed in turn, round after round, and a ratio is the median
+over rounds of each round's time against that round's copy, so what runs
+beside slows both sides of it alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from iron.core import Device
-from iron.core.benchmarking import markdown_table, median_seconds, write_readme_section
+from iron.core.benchmarking import markdown_table, write_readme_section
 from iron.design import examples
 from iron.design.lower import lower
 from iron.design.model import Fill
-from iron.design.simulate import simulate
+from iron.design.simulate import Simulator, simulate
 
 README = Path(__file__).parents[1] / "README.md"
 M = 2**20
@@ -53,22 +62,55 @@ def objects(design) -> int:
     )
 
 
+def interleaved(functions, rounds: int) -> list[list[float]]:
+    """Seconds of each function in each round, the functions timed in turn."""
+    times: list[list[float]] = [[] for _ in functions]
+    for _ in range(rounds):
+        for fn, spent in zip(functions, times):
+            start = time.perf_counter()
+            fn()
+            spent.append(time.perf_counter() - start)
+    return times
+
+
 def measure(quick: bool) -> str:
     rows = []
     for label, design, x, expected in cases(quick):
-        np.testing.assert_array_equal(simulate(design, {"x": x})["y"], expected)
-        seconds = median_seconds(lambda d=design, x=x: simulate(d, {"x": x}), at_least=3)
-        elements = expected.size
+        simulator = Simulator(design)
+        for run in (simulate(design, {"x": x}), simulator.run({"x": x}), simulator.run({"x": x})):
+            np.testing.assert_array_equal(run["y"], expected)
+        targets = [np.empty_like(x), np.empty_like(expected)]
+
+        def copy(x=x, y=expected, targets=targets):
+            np.copyto(targets[0], x)
+            np.copyto(targets[1], y)
+
+        once, replayed, copied = interleaved(
+            [
+                lambda d=design, x=x: simulate(d, {"x": x}),
+                lambda s=simulator, x=x: s.run({"x": x}),
+                copy,
+            ],
+            rounds=3 if quick else 15,
+        )
+
+        def ratio(times, copied=copied):  # each round's time against that round's copy
+            return statistics.median(t / c for t, c in zip(times, copied))
+
         rows.append(
             [
                 label,
-                f"{elements:,}",
+                f"{expected.size:,}",
                 f"{objects(design):,}",
-                f"{seconds:.3f}",
-                f"{elements / seconds:,.0f}",
+                f"{1000 * statistics.median(once):.1f}",
+                f"{ratio(once):.0f}x",
+                f"{1000 * statistics.median(replayed):.1f}",
+                f"{ratio(replayed):.0f}x",
             ]
         )
-    return markdown_table(["design", "elements out", "objects in", "seconds", "elements/s"], rows)
+    header = ["design", "elements out", "objects in", "simulate ms", "x copy",
+              "Simulator.run ms", "x copy"]  # fmt: skip
+    return markdown_table(header, rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -145,3 +145,29 @@ def test_decode_benchmark_runs_transformers_beside_the_graph(tmp_path):
     }
     assert kl.keys() == {"bf16", "float32"}
     assert kl["float32"] < 1e-6 < kl["bf16"] < 0.02
+
+
+@pytest.mark.slow
+def test_sim_decode_benchmark_measures_the_ratio_and_where_a_token_goes(tmp_path):
+    script = SCRIPT.parent / "sim_decode.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--quick", "--model-dir", str(tmp_path / "tiny")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    ratio = re.search(
+        r"sim / reference: ([\d.]+)x \(medians of 2 interleaved rounds", result.stdout
+    )
+    assert ratio and float(ratio[1]) > 1  # the simulator runs every design: slower than numpy
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2:-1]
+        for line in result.stdout.splitlines()
+        if line.startswith("| ")
+    }
+    # the GEMV designs call the kernel once per 2 rows: 4,608 rows of weights a token
+    matvec = rows["kernel model `matvec_model`"]
+    assert int(matvec[2].strip().replace(",", "")) == 2304
+    shares = [float(r[0].strip()[:-1]) for r in rows.values() if r[0].strip().endswith("%")]
+    assert 95 < sum(shares) < 105

@@ -55,6 +55,7 @@ from iron.design.model import (
     split,
 )
 from iron.design.operators import design_of, has_design
+from iron.design.pictures import design_svg
 from iron.design.place import place
 from iron.design.simulate import (
     CoverageError,
@@ -65,6 +66,7 @@ from iron.design.simulate import (
     QueueError,
     Simulation,
     SimulationError,
+    Simulator,
     Traffic,
     TransferError,
     WorkerError,
@@ -112,6 +114,7 @@ __all__ = [
     "SetLock",
     "Simulation",
     "SimulationError",
+    "Simulator",
     "SlotBd",
     "Tensor",
     "Tile",
@@ -131,6 +134,7 @@ __all__ = [
     "check",
     "core",
     "design_of",
+    "design_svg",
     "device_block",
     "find_toolchain",
     "forward",

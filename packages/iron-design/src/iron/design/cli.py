@@ -1,11 +1,13 @@
 """`iron design`: print an operator's placed design, its per-tile use of the
-device against the limits, the check's verdict, or its MLIR; check every
-registered operator's designs.
+device against the limits, the check's verdict, or its MLIR (and draw it
+as SVG); simulate an operator's design on random inputs against its
+reference; check every registered operator's designs.
 
-    iron design show AddOne size=4096 --device npu1
+    iron design show AddOne size=4096 --device npu1 --svg add_one.svg
     iron design show AddOne size=4096 --mlir
     iron design example split_join workers=4 --device npu2
     iron design example add_one --lowered
+    iron design simulate AddOne size=4096 --device npu1 --json
     iron design check --device npu1 --json
 """
 
@@ -14,14 +16,20 @@ from __future__ import annotations
 import json
 import sys
 
+import attrs
+import numpy as np
+
 from iron.core.cli import make_operator, parse_params, table
 from iron.core.device import Device
+from iron.core.tolerance import compare
 from iron.design.check import check
 from iron.design.examples import EXAMPLES
 from iron.design.lower import Await, Free, Lowered, SetLocks, Start, lower
-from iron.design.model import Design
+from iron.design.model import Design, element_type
 from iron.design.operators import catalog_designs, design_of
+from iron.design.pictures import design_svg
 from iron.design.place import place
+from iron.design.simulate import SimulationError, simulate
 from iron.design.usage import MM2S, S2MM, usage
 
 
@@ -49,6 +57,23 @@ def configure(parser) -> None:
             help="print the lowered form: the configuration and the runtime sequence",
         )
         output.add_argument("--json", action="store_true", help="print the design as JSON")
+        _svg_argument(sub, "the placed array, fifos, per-tile use and violations")
+
+    run = actions.add_parser(
+        "simulate",
+        help="simulate an operator's design on random inputs against its reference",
+        description="Run a registered operator's design in iron-design's simulator on random "
+        "inputs (as the families' tests draw them), judge each output against the operator's "
+        "reference within its tolerance, and print the bytes each tensor moved; a design that "
+        "cannot finish prints its blocked actors. Exits 1 unless every output passes.",
+    )
+    run.add_argument("name", help="a registered operator (`iron ops list` shows them)")
+    run.add_argument("params", nargs="*", metavar="key=value", help="the operator's parameters")
+    _device_arguments(run)
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    run.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    _svg_argument(run, "the design, with the fifos a deadlock blocks marked")
+    run.set_defaults(func=simulate_operator)
 
     every = actions.add_parser("check", help="check every registered operator case with a design")
     _device_arguments(every)
@@ -58,8 +83,12 @@ def configure(parser) -> None:
 
 
 def _device_arguments(parser) -> None:
-    parser.add_argument("--device", default="npu2", help="device to design for")
+    parser.add_argument("--device", default="npu2", help="device to design for (default: npu2)")
     parser.add_argument("--columns", type=int, help="device width (default: full)")
+
+
+def _svg_argument(parser, what: str) -> None:
+    parser.add_argument("--svg", metavar="FILE", help=f"also write a picture ({what}) as SVG")
 
 
 def show_operator(args) -> int:
@@ -85,7 +114,101 @@ def _show(design: Design, args) -> int:
         return 0
     report = check(design)
     print(json.dumps(as_data(design), indent=1) if args.json else describe(design))
+    _picture(design, args)
     return 0 if report.ok else 1
+
+
+def _picture(design: Design, args, blocked=()) -> None:
+    """Write the design's picture where `--svg` says (saying so on stderr)."""
+    if args.svg:
+        design_svg(design, args.svg, blocked=blocked)
+        print(f"wrote the picture to {args.svg}", file=sys.stderr)
+
+
+def simulate_operator(args) -> int:
+    device = Device.from_name(args.device, args.columns)
+    params = parse_params(args.params, "iron design simulate")
+    op = make_operator(args.name, params, "iron design simulate").resolve(device)
+    design = design_of(op)
+    where = f"iron design simulate {args.name}: design {design.name}"
+    specs = op.arg_specs()
+    if [t.nbytes for t in design.tensors] != [s.nbytes for s in specs]:
+        raise ValueError(
+            f"{where}: its runtime tensors are not the operator's buffers, one per arg spec "
+            "with its bytes"
+        )
+    values = _design_values(op, design, where)
+    inputs = op.example_inputs(np.random.default_rng(args.seed))
+    reads = iter(inputs)
+    tensors = {
+        t.name: _as(next(reads), element_type(t.dtype).numpy, t.shape)
+        for t, spec in zip(design.tensors, specs)
+        if spec.reads
+    }
+    outcome = {"operator": args.name, "params": op.to_data(), "device": device.key,
+               "design": design.name, "seed": args.seed}  # fmt: skip
+    try:
+        run = simulate(design, tensors, values)
+    except SimulationError as error:
+        blocked = getattr(error, "blocked", ())
+        outcome |= {"passed": False, "error": type(error).__name__, "message": str(error),
+                    "blocked": [attrs.asdict(b) for b in blocked]}  # fmt: skip
+        print(json.dumps(outcome, indent=1) if args.json else f"{type(error).__name__}: {error}")
+        _picture(design, args, blocked)
+        return 1
+    tolerance = op.tolerance(device, inputs=inputs)
+    written = [(t, s) for t, s in zip(design.tensors, specs) if s.writes]
+    verdicts = [
+        compare(_as(run[t.name], want.dtype, want.shape), want, tolerance, name=s.name)
+        for (t, s), want in zip(written, op.call_reference(*inputs))
+    ]
+    traffic = run.traffic
+    outcome |= {
+        "passed": all(verdicts),
+        "outputs": [{"output": s.name, "passed": v.passed, "mismatches": v.n_mismatch,
+                     "elements": v.n_checked, "max_abs": v.max_abs, "max_rel": v.max_rel,
+                     "detail": v.detail} for (_, s), v in zip(written, verdicts)],
+        "traffic": {"tensors": {n: attrs.asdict(b) for n, b in traffic.tensors.items()},
+                    "ddr": attrs.asdict(traffic.ddr)},
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(outcome, indent=1))
+    else:
+        print(
+            f"design {design.name} on {device.key}, simulated on random inputs (seed "
+            f"{args.seed}) against {type(op).__name__}'s reference, tolerance {tolerance}:"
+        )
+        for verdict in verdicts:
+            print(f"  {'PASS' if verdict.passed else 'FAIL'} {verdict.detail}")
+        rows = [[n, f"{b.read:,}", f"{b.written:,}"] for n, b in traffic.tensors.items()]
+        rows.append(["DDR", f"{traffic.ddr.read:,}", f"{traffic.ddr.written:,}"])
+        print()
+        print(table(rows, ["tensor", "bytes read", "bytes written"]))
+    _picture(design, args)
+    return 0 if outcome["passed"] else 1
+
+
+def _design_values(op, design: Design, where: str) -> dict[str, int]:
+    """Each runtime parameter of the design: the operator's per-call member
+    or integer field of that name (as a compiled graph binds a step's)."""
+    values = {}
+    for name in design.params:
+        value = getattr(op, name, None)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if name in op.per_call_members():
+                raise ValueError(f"{where} reads {name} per call: give it ({name}=INT)")
+            raise ValueError(
+                f"{where}: parameter {name} is neither a per-call member nor an integer field "
+                f"of {type(op).__name__}"
+            )
+        values[name] = int(value)
+    return values
+
+
+def _as(array: np.ndarray, dtype, shape) -> np.ndarray:
+    """`array`'s bytes as `dtype` in `shape` (an operator's buffer as its
+    design's tensor sees it, and back)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).view(dtype).reshape(shape)
 
 
 def as_data(design: Design) -> dict:

@@ -55,13 +55,24 @@ Before running, every task's TAP and every BD's dimensions are checked
 against their buffer (`OutOfBoundsError`), against whole objects and the
 shim's iteration count (`TransferError`), and every push against its queue
 (`QueueError`); after, each OUT tensor must have been written exactly once
-everywhere and each INOUT tensor at most once (`CoverageError`).
+everywhere and each INOUT tensor at most once (`CoverageError`: the drains'
+contiguous pieces kept as spans, counted per element only where a pattern
+scatters or the spans break the rule).
+
+Replays. The machine's course depends on the design and the parameters
+that steer it (loop counts, task offsets), never on the data. A `Simulator`
+lowers its design once; the first run with each set of steering values
+records, in order, each move of elements (from a buffer of the machine to
+others: runtime tensors, then pool slots, by number) and each kernel call
+with its arguments, and a later run replays that record on new data:
+slots and local buffers garbage again, kernel scalars from its parameters.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+import threading
 from collections.abc import Mapping
 
 import attrs
@@ -90,6 +101,7 @@ from iron.design.model import (
     Design,
     ElementType,
     Fill,
+    LocalBuffer,
     Loop,
     Obj,
     Param,
@@ -99,6 +111,7 @@ from iron.design.model import (
     WaitBarrier,
     element_type,
     require_design,
+    walk,
 )
 
 # ---- errors ------------------------------------------------------------------------------
@@ -208,25 +221,85 @@ class Simulation:
         return self.tensors[name]
 
 
-# ---- the entry point --------------------------------------------------------------------
+# ---- the entry points --------------------------------------------------------------------
 
 
 def simulate(design: Design, tensors: Mapping[str, np.ndarray], params=None) -> Simulation:
     """Run `design` on `tensors` (runtime tensor name -> array: every IN and
     INOUT tensor; OUT tensors may be left out, the simulator allocates them)
     with `params` (runtime parameter name -> int32). The caller's arrays are
-    never written.
+    never written. To run one design many times, make a `Simulator` once.
 
     Raises `SimulationError` subclasses for designs that cannot run, and
     `ValueError` for tensors or parameters that do not fit the design.
     """
     require_design("simulate", design)
-    lowered = lower(design)
-    params = _params(design, params)
-    tasks = _tasks(lowered, params)  # refuses a bad pattern before anything is allocated
-    machine = _Machine(lowered, _arrays(design, tensors), params, tasks)
-    machine.run()
-    return Simulation(lowered.design, machine.arrays, machine.traffic())
+    return Simulator(design)._machine_run(tensors, params, record=False)[0]
+
+
+class Simulator:
+    """`design` lowered once, to run many times (`run`, as `simulate`).
+
+    What the machine does, which lock it waits on, which BD or kernel call
+    comes next, never depends on the data: only on the design and on the
+    parameters that steer it (loop counts and task offsets). So the first
+    run with each set of steering values runs the machine, with every check,
+    and records each move of elements and each kernel call in the order the
+    machine made them; a later run with those values replays the record on
+    its own data (kernel scalars take its parameters), slots and buffers
+    starting as garbage again. The last `KEPT` records are kept; a run
+    whose task walks a pattern too long to hold whole (`Walk.WHOLE`) keeps
+    none, since its record would. One run at a time: a simulator's pools are
+    its own."""
+
+    KEPT = 8
+
+    def __init__(self, design: Design):
+        require_design("Simulator", design)
+        self.lowered = lower(design)
+        self.design = self.lowered.design  # placed
+        self.steering = _steering_params(self.design)
+        self._replays: collections.OrderedDict[tuple[int, ...], _Replay] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def run(self, tensors: Mapping[str, np.ndarray], params=None) -> Simulation:
+        """`simulate(design, tensors, params)`, replayed where it can be."""
+        with self._lock:
+            values = _params(self.design, params)
+            key = tuple(values[name] for name in self.steering)
+            replay = self._replays.get(key)
+            if replay is None:
+                result, replay = self._machine_run(tensors, values, record=True)
+                if replay is not None:
+                    self._replays[key] = replay
+                    if len(self._replays) > self.KEPT:
+                        self._replays.popitem(last=False)
+                return result
+            self._replays.move_to_end(key)
+            arrays = _arrays(self.design, tensors)
+            replay.run(arrays, values)
+            return Simulation(self.design, arrays, replay.traffic())
+
+    def _machine_run(self, tensors, params, record: bool) -> tuple[Simulation, _Replay | None]:
+        params = _params(self.design, params)
+        tasks = _tasks(self.lowered, params)  # refuses a bad pattern before anything is allocated
+        machine = _Machine(self.lowered, _arrays(self.design, tensors), params, tasks, record)
+        machine.run()
+        result = Simulation(self.design, machine.arrays, machine.traffic())
+        return result, _Replay(machine) if machine.events is not None else None
+
+
+def _steering_params(design: Design) -> tuple[str, ...]:
+    """The parameters the machine's course depends on: loop counts and task
+    offsets (a parameter only passed to kernels steers nothing)."""
+    names = {s.offset_param for s in design.sequence if getattr(s, "offset_param", None)}
+    for worker in design.workers:
+        names |= {
+            op.count.name
+            for op in walk(worker.body)
+            if isinstance(op, Loop) and isinstance(op.count, Param)
+        }
+    return tuple(sorted(names))
 
 
 def _arrays(design: Design, given: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -245,7 +318,8 @@ def _arrays(design: Design, given: Mapping[str, np.ndarray]) -> dict[str, np.nda
                     f"design {design.name}: {tensor.direction.value} tensor {tensor.name} "
                     "is missing from the tensors given"
                 )
-            arrays[tensor.name] = np.zeros(tensor.shape, dtype)
+            # every element must be written once (else a CoverageError): no need to clear
+            arrays[tensor.name] = np.empty(tensor.shape, dtype)
             continue
         array = np.asarray(given[tensor.name])
         if array.shape != tensor.shape or array.dtype != dtype:
@@ -438,19 +512,38 @@ def _garbage(shape: tuple[int, ...], kind: ElementType) -> np.ndarray:
     """Memory as a core or memtile finds it: not cleared. NaN for bf16 and
     f32, every byte 0x5A for the rest, so a design that reads what it has not
     written gets a result that cannot pass for right."""
+    array = np.empty(shape, kind.numpy)
+    _spoil(array, kind)
+    return array
+
+
+def _spoil(array: np.ndarray, kind: ElementType) -> None:
+    """Fill `array` with `_garbage`'s values, again."""
     if kind.floating:
-        return np.full(shape, np.nan, kind.numpy)
-    raw = np.full((*shape, kind.numpy.itemsize), 0x5A, np.uint8)
-    return raw.view(kind.numpy).reshape(shape)
+        array.fill(np.nan)
+    else:
+        array.reshape(-1).view(np.uint8).fill(0x5A)
+
+
+def _fresh(buffer: LocalBuffer) -> np.ndarray:
+    """A worker's local buffer as the core's image starts it."""
+    kind = element_type(buffer.dtype)
+    if buffer.initial_value is None:
+        return _garbage(buffer.shape, kind)
+    return np.full(buffer.shape, buffer.initial_value, kind.numpy)
 
 
 class Pool:
-    """A lowered pool's slots, with where it is (for messages)."""
+    """A lowered pool's slots, with where it is (for messages) and each
+    slot's place in the machine's list of buffers (`refs`)."""
 
-    def __init__(self, where: str, pool):
+    def __init__(self, where: str, pool, refs: list[np.ndarray]):
         self.where, self.depth, self.lowered = where, pool.depth, pool
-        self.slots = _garbage((pool.depth, *pool.shape), element_type(pool.dtype))
+        self.kind = element_type(pool.dtype)
+        self.slots = _garbage((pool.depth, *pool.shape), self.kind)
         self.flat = self.slots.reshape(pool.depth, -1)
+        self.refs = list(range(len(refs), len(refs) + pool.depth))
+        refs.extend(self.flat)
 
 
 # ---- channels and streams ------------------------------------------------------------------
@@ -461,8 +554,9 @@ READ, WRITTEN = 0, 1  # slots of a [read, written] byte count
 
 class Channel:
     """A DMA channel, one BD at a time. A sending channel offers
-    `available()` elements of its BD and gives them with `read(k)`; a
-    receiving one has `room()` and takes them with `write(chunk)`."""
+    `available()` elements of its BD, a receiving one has `room()` for them;
+    `span(k)` is where its next k elements are (a buffer of the machine, by
+    number, and the index into it) and `advance(k)` moves past them."""
 
     def __init__(self, label: str, nbytes: int, traffic: list[int], sends: bool):
         self.label, self.nbytes, self.traffic, self.sends = label, nbytes, traffic, sends
@@ -476,7 +570,9 @@ class Channel:
 
 
 class ChainChannel(Channel):
-    """A tile channel running its lowered BD chain."""
+    """A tile channel running its lowered BD chain. A BD with dimensions
+    places each element where they say, as it comes: nothing else sees the
+    slot before the BD gives its lock."""
 
     def __init__(self, machine: _Machine, label, nbytes, traffic, sends, channel, pool: Pool):
         super().__init__(label, nbytes, traffic, sends)
@@ -487,12 +583,12 @@ class ChainChannel(Channel):
             lane = lanes[bd.lane]
             take, give = (lane.consumer, lane.producer) if sends else (lane.producer, lane.consumer)
             index = machine.bd_index(label, bd, pool)
-            self.bds.append((bd, machine.locks[take], machine.locks[give], index))
+            ref = pool.refs[bd.slot]
+            self.bds.append((bd, machine.locks[take], machine.locks[give], index, ref))
         self.limit = None if channel.iterations is None else channel.iterations * len(self.bds)
         self.done = 0  # BDs completed
-        self.current = None  # (bd, take, give, index) while a BD runs
+        self.current = None  # (bd, take, give, index, ref) while a BD runs
         self.moved = 0
-        self.buffer = None  # what a receiving BD with dimensions gathers
 
     def _next(self):
         if self.limit is not None and self.done == self.limit:
@@ -507,43 +603,28 @@ class ChainChannel(Channel):
             return False
         bd[1].value -= bd[0].acquire
         self.current, self.moved = bd, 0
-        if not self.sends and not isinstance(bd[3], slice):
-            self.buffer = np.empty(bd[0].length, self.pool.flat.dtype)
         return True
 
     def available(self) -> int:
-        return self.current[0].length - self.moved if self.arm() else 0
+        if self.current is None and not self.arm():
+            return 0
+        return self.current[0].length - self.moved
 
     room = available
 
-    def read(self, k: int) -> np.ndarray:
-        row = self.pool.flat[self.current[0].slot]
-        index = self.current[3]
-        if isinstance(index, slice):
-            chunk = row[index.start + self.moved : index.start + self.moved + k]
-        else:
-            chunk = row[index[self.moved : self.moved + k]]
-        self._advance(k, READ)
-        return chunk
+    def span(self, k: int):
+        _, _, _, index, ref = self.current
+        if index.__class__ is slice:
+            start = index.start + self.moved
+            return ref, slice(start, start + k)
+        return ref, index[self.moved : self.moved + k]
 
-    def write(self, chunk: np.ndarray) -> None:
-        k, index = len(chunk), self.current[3]
-        if isinstance(index, slice):
-            row = self.pool.flat[self.current[0].slot]
-            row[index.start + self.moved : index.start + self.moved + k] = chunk
-        else:
-            self.buffer[self.moved : self.moved + k] = chunk
-        self._advance(k, WRITTEN)
-
-    def _advance(self, k: int, slot: int) -> None:
+    def advance(self, k: int, slot: int) -> None:
         self.moved += k
         self.count(k, slot)
-        bd, _, give, index = self.current
+        bd, _, give, _, _ = self.current
         if self.moved < bd.length:
             return
-        if self.buffer is not None:  # dimensions place the stream's elements
-            self.pool.flat[bd.slot][index] = self.buffer
-            self.buffer = None
         self.current = None
         self.done += 1
         self.machine.release(give, bd.release, self.label)
@@ -598,23 +679,19 @@ class ShimChannel(Channel):
 
     room = available
 
-    def _array(self) -> np.ndarray:
-        return self.machine.arrays[self.task.statement.tensor].reshape(-1)
-
-    def read(self, k: int) -> np.ndarray:
+    def span(self, k: int):
         task = self.task
-        chunk = self._array()[task.walk.indices(task.moved, task.moved + k)]
-        self._advance(k, READ)
-        return chunk
+        tensor = task.statement.tensor
+        index = task.walk.indices(task.moved, task.moved + k)
+        if task.walk.whole is None and not task.walk.scan:
+            # a piece of a long pattern, computed for this move: a record would
+            # hold the whole pattern's indices, so this run keeps none
+            self.machine.events = None
+        if not self.sends:
+            self.machine.written(tensor, index)
+        return self.machine.tensor_refs[tensor], index
 
-    def write(self, chunk: np.ndarray) -> None:
-        task = self.task
-        index = task.walk.indices(task.moved, task.moved + len(chunk))
-        self._array()[index] = chunk
-        self.machine.written(task.statement.tensor, index)
-        self._advance(len(chunk), WRITTEN)
-
-    def _advance(self, k: int, slot: int) -> None:
+    def advance(self, k: int, slot: int) -> None:
         task = self.task
         self.count(k, slot)
         self.machine.tensor_traffic[task.statement.tensor][slot] += k * self.nbytes
@@ -679,16 +756,10 @@ class PushChannel(Channel):
 
     room = available
 
-    def read(self, k: int) -> np.ndarray:
-        chunk = self.pool.flat[self.steps[0][1].slot][self.moved : self.moved + k]
-        self._advance(k, READ)
-        return chunk
+    def span(self, k: int):
+        return self.pool.refs[self.steps[0][1].slot], slice(self.moved, self.moved + k)
 
-    def write(self, chunk: np.ndarray) -> None:
-        self.pool.flat[self.steps[0][1].slot][self.moved : self.moved + len(chunk)] = chunk
-        self._advance(len(chunk), WRITTEN)
-
-    def _advance(self, k: int, slot: int) -> None:
+    def advance(self, k: int, slot: int) -> None:
         self.moved += k
         self.count(k, slot)
         if self.moved < self.pool.lowered.size:
@@ -729,11 +800,12 @@ class Stream:
     """A fifo's elements from its producer's channel to every consumer's
     channel, in lockstep."""
 
-    def __init__(self, fifo: str, source: Channel, sinks: list[Channel]):
-        self.fifo, self.source, self.sinks = fifo, source, sinks
+    def __init__(self, machine: _Machine, fifo: str, source: Channel, sinks: list[Channel]):
+        self.machine, self.fifo, self.source, self.sinks = machine, fifo, source, sinks
 
     def step(self) -> bool:
         source, sinks = self.source, self.sinks
+        buffers = self.machine.buffers
         moved = False
         while True:
             k = source.available()
@@ -743,9 +815,16 @@ class Stream:
                 k = min(k, sink.room())
             if not k:
                 return moved
-            chunk = source.read(k)
+            ref, index = source.span(k)
+            chunk = buffers[ref][index]
+            targets = [sink.span(k) for sink in sinks]
+            for target, at in targets:
+                buffers[target][at] = chunk
+            if self.machine.events is not None:
+                self.machine.events.append((MOVE, ref, index, targets))
+            source.advance(k, READ)
             for sink in sinks:
-                sink.write(chunk)
+                sink.advance(k, WRITTEN)
             moved = True
 
 
@@ -775,12 +854,7 @@ class WorkerRun:
         self.worker = machine.design.worker(core.worker)
         self.label = f"worker {core.worker} at {core.tile}"
         self.held = {fifo: collections.deque() for fifo in ports}
-        self.buffers = {
-            b.name: _garbage(b.shape, element_type(b.dtype))
-            if b.initial_value is None
-            else np.full(b.shape, b.initial_value, element_type(b.dtype).numpy)
-            for b in core.buffers
-        }
+        self.buffers = {b.name: _fresh(b) for b in core.buffers}
         self.barriers = {b: machine.locks[lock] for b, lock in core.barrier_locks}
         self.calls = [op for op in _walk(core.body) if isinstance(op.op, Call)]
         self.iteration = 0
@@ -838,8 +912,9 @@ class WorkerRun:
                 need = op.n - len(held)
                 if need > 0:
                     port = self.ports[op.fifo]
-                    while not self._ready(port.take, need * port.counts, False):
-                        yield port.take, need * port.counts, False
+                    counts = need * port.counts
+                    while port.take.value < counts:
+                        yield port.take, counts, False
                     held.extend(port.acquire(need))
                     self.took = self.acted = True
             elif isinstance(op, Release):
@@ -857,10 +932,13 @@ class WorkerRun:
                 while not self._ready(lock, op.value, True):
                     yield lock, op.value, True
             elif isinstance(op, ReleaseBarrier):
-                self.machine.release(self.barriers[op.barrier], op.value, self._where())
+                self.machine.release(self.barriers[op.barrier], op.value, self._where)
 
-    def _where(self) -> str:
-        return f"design {self.machine.design.name}: worker {self.core.worker}, iteration {self.iteration}"
+    def _where(self, iteration: int | None = None) -> str:
+        iteration = self.iteration if iteration is None else iteration
+        return (
+            f"design {self.machine.design.name}: worker {self.core.worker}, iteration {iteration}"
+        )
 
     def _release(self, op: Release) -> None:
         held = self.held[op.fifo]
@@ -871,27 +949,34 @@ class WorkerRun:
         for _ in range(op.n):
             held.popleft()
         port = self.ports[op.fifo]
-        self.machine.release(port.give, op.n * port.counts, self._where())
+        self.machine.release(port.give, op.n * port.counts, self._where)
         self.acted = True
 
     def _call(self, lowered: CoreOp) -> None:
         call = lowered.op
-        kernel = call.kernel
+        model = call.kernel.model
         args = [self._argument(lowered, i, arg) for i, arg in enumerate(call.args)]
         try:
-            kernel.model(*args)
+            model(*args)
         except Exception as error:
-            raise KernelError(
-                f"{self._call_text(lowered)}: the model {kernel.model!r} raised "
-                f"{type(error).__name__}: {error}"
-            ) from error
+            raise self.kernel_error(lowered, self.iteration, error) from error
+        events = self.machine.events
+        if events is not None:
+            params = tuple((i, a.name) for i, a in enumerate(call.args) if isinstance(a, Param))
+            events.append((CALL, model, args, params, self, lowered, self.iteration))
         self.acted = True
 
-    def _call_text(self, lowered: CoreOp) -> str:
+    def kernel_error(self, lowered: CoreOp, iteration: int, error: Exception) -> KernelError:
+        return KernelError(
+            f"{self._call_text(lowered, iteration)}: the model {lowered.op.kernel.model!r} raised "
+            f"{type(error).__name__}: {error}"
+        )
+
+    def _call_text(self, lowered: CoreOp, iteration: int | None = None) -> str:
         """Which call of the body, for error messages (the body's calls are
         numbered in program order, so equal calls still read apart)."""
         number = next(i for i, c in enumerate(self.calls, 1) if c is lowered)
-        return f"{self._where()}: call {number} of {len(self.calls)} ({lowered.op.kernel.symbol})"
+        return f"{self._where(iteration)}: call {number} of {len(self.calls)} ({lowered.op.kernel.symbol})"
 
     def _argument(self, lowered: CoreOp, i: int, arg):
         if isinstance(arg, Obj):
@@ -992,23 +1077,28 @@ class SequenceRun:
 
 
 class _Machine:
-    def __init__(self, lowered: Lowered, arrays: dict[str, np.ndarray], params, tasks):
+    def __init__(self, lowered: Lowered, arrays: dict[str, np.ndarray], params, tasks, record):
         self.lowered, self.design = lowered, lowered.design
         self.arrays, self.params, self.tasks = arrays, params, tasks
         config = lowered.configuration
+        #: what the streams move between, by number: the runtime tensors
+        #: (flat), then every slot of every pool
+        self.buffers = [arrays[t.name].reshape(-1) for t in self.design.tensors]
+        self.tensor_refs = {t.name: i for i, t in enumerate(self.design.tensors)}
+        #: the moves and kernel calls of the run, in order (when recording)
+        self.events: list | None = [] if record else None
         self.tensor_traffic = {t.name: [0, 0] for t in self.design.tensors}
         self.writes = {
-            t.name: np.zeros(t.size, np.int32)
-            for t in self.design.tensors
-            if t.direction is not Direction.IN
+            t.name: _Writes(t.size) for t in self.design.tensors if t.direction is not Direction.IN
         }
         self.tile_traffic: dict[Tile, list[int]] = {}
-        self.pools = [Pool(self._where(i, p), p) for i, p in enumerate(config.pools)]
+        self.most = self.design.device.max_lock_value
+        self.pools = [Pool(self._where(p), p, self.buffers) for p in config.pools]
         labels = self._lock_labels()
         self.locks = [self._lock(lock, labels.get(i)) for i, lock in enumerate(config.locks)]
         self.channels = [self._channel(c) for c in config.channels]
         self.streams = [
-            Stream(s.fifo, self.channels[s.source], [self.channels[i] for i in s.sinks])
+            Stream(self, s.fifo, self.channels[s.source], [self.channels[i] for i in s.sinks])
             for s in config.streams
         ]
         self.workers = [WorkerRun(self, core, self._ports(core)) for core in config.cores]
@@ -1021,7 +1111,7 @@ class _Machine:
 
     # ---- building
 
-    def _where(self, index: int, pool) -> str:
+    def _where(self, pool) -> str:
         """Where a pool is, as messages name it."""
         if pool.kind in ("core", "shared"):
             owner = next(c.worker for c in self.lowered.configuration.cores if c.tile == pool.tile)
@@ -1076,11 +1166,7 @@ class _Machine:
         _check_bounds(
             f"{where}: dimensions {list(bd.dims)}", walk, pool.flat.shape[1], "the object"
         )
-        return (
-            walk.indices(0, walk.count)
-            if not walk.scan
-            else np.arange(walk.offset, walk.offset + walk.count)
-        )
+        return walk.indices(0, walk.count)
 
     def _ports(self, core: Core) -> dict[str, Port]:
         ports = {}
@@ -1094,12 +1180,15 @@ class _Machine:
 
     # ---- running
 
-    def release(self, lock: Lock, value: int, who: str) -> None:
+    def release(self, lock: Lock, value: int, who) -> None:
+        """Add `value` to `lock`; `who` (a text, or a function giving it)
+        releases it."""
         lock.value += value
-        most = self.design.device.max_lock_value
-        if lock.value > most:
+        if lock.value > self.most:
+            who = who if isinstance(who, str) else who()
             raise LockError(
-                f"{who} raises {lock} to {lock.value}, above the device's max lock value {most}"
+                f"{who} raises {lock} to {lock.value}, above the device's max lock value "
+                f"{self.most}"
             )
 
     def start(self, index: int) -> None:
@@ -1112,13 +1201,9 @@ class _Machine:
             channel.queue.append(self.tasks[index])
 
     def written(self, tensor: str, index) -> None:
-        counts = self.writes.get(tensor)
-        if counts is None:
-            return
-        if isinstance(index, slice):
-            counts[index] += 1
-        else:
-            np.add.at(counts, index, 1)
+        writes = self.writes.get(tensor)
+        if writes is not None:
+            writes.add(index)
 
     def run(self) -> None:
         actors = [self.sequence, *self.streams, *self.workers]
@@ -1217,7 +1302,9 @@ class _Machine:
         for tensor in self.design.tensors:
             if tensor.direction is Direction.IN:
                 continue
-            counts = self.writes[tensor.name]
+            counts = self.writes[tensor.name].counts(tensor.direction is Direction.OUT)
+            if counts is None:
+                continue
             twice = np.flatnonzero(counts > 1)
             never = np.flatnonzero(counts == 0) if tensor.direction is Direction.OUT else []
             if len(twice) or len(never):
@@ -1241,6 +1328,143 @@ class _Machine:
                     f"design {self.design.name}: {tensor.direction.value} tensor {tensor.name} "
                     f"of {tensor.size} elements {rule}; found {' and '.join(found)}"
                 )
+
+
+# ---- replaying a recorded run ------------------------------------------------------------
+
+MOVE, MOVE_ONE, CALL = 0, 1, 2  # the kinds of recorded events
+
+
+class _Replay:
+    """A recorded run, to replay on new data: its moves of elements (from a
+    buffer of the machine to others, by number) and its kernel calls, in
+    order, over the machine's own pools and local buffers."""
+
+    def __init__(self, machine: _Machine):
+        self.events = _compiled(machine.events)
+        self.names = [t.name for t in machine.design.tensors]
+        # a record keeps no run's tensors (its calls' workers lead back to the machine)
+        self.buffers = machine.buffers
+        self.buffers[: len(self.names)] = [None] * len(self.names)
+        machine.arrays = None
+        self.pools = [(pool.slots, pool.kind) for pool in machine.pools]
+        self.locals = [
+            (worker.buffers[b.name], b) for worker in machine.workers for b in worker.core.buffers
+        ]
+        self.moved = machine.traffic()
+
+    def traffic(self) -> Traffic:
+        return Traffic(dict(self.moved.tensors), dict(self.moved.tiles))
+
+    def run(self, arrays: dict[str, np.ndarray], params: dict[str, int]) -> None:
+        for slots, kind in self.pools:
+            _spoil(slots, kind)
+        for array, buffer in self.locals:
+            if buffer.initial_value is None:
+                _spoil(array, element_type(buffer.dtype))
+            else:
+                np.copyto(array, buffer.initial_value, casting="unsafe")
+        buffers = self.buffers
+        buffers[: len(self.names)] = [arrays[name].reshape(-1) for name in self.names]
+        try:
+            self._replay(buffers, params)
+        finally:
+            buffers[: len(self.names)] = [None] * len(self.names)
+
+    def _replay(self, buffers: list, params: dict[str, int]) -> None:
+        for event in self.events:
+            kind = event[0]
+            if kind == MOVE_ONE:
+                buffers[event[3]][event[4]] = buffers[event[1]][event[2]]
+            elif kind == MOVE:
+                chunk = buffers[event[1]][event[2]]
+                for target, at in event[3]:
+                    buffers[target][at] = chunk
+            else:
+                _, model, args, named, worker, lowered, iteration = event
+                if named:
+                    args = list(args)
+                    for i, name in named:
+                        args[i] = params[name]
+                try:
+                    model(*args)
+                except Exception as error:
+                    raise worker.kernel_error(lowered, iteration, error) from error
+
+
+def _compiled(events: list) -> list:
+    """The recorded events with each move to one buffer as a `MOVE_ONE`, and
+    such moves that continue one another (from and to the next elements of
+    the same buffers) joined into one."""
+    out: list = []
+    for event in events:
+        if event[0] != MOVE or len(event[3]) != 1:
+            out.append(event)
+            continue
+        _, ref, index, ((target, at),) = event
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last[0] == MOVE_ONE
+            and (last[1], last[3]) == (ref, target)
+            and index.__class__ is slice
+            and at.__class__ is slice
+            and last[2].__class__ is slice
+            and last[4].__class__ is slice
+            and (last[2].stop, last[4].stop) == (index.start, at.start)
+        ):
+            out[-1] = (
+                MOVE_ONE,
+                ref,
+                slice(last[2].start, index.stop),
+                target,
+                slice(last[4].start, at.stop),
+            )
+        else:
+            out.append((MOVE_ONE, ref, index, target, at))
+    return out
+
+
+class _Writes:
+    """Where the drains wrote one tensor: the contiguous pieces as spans,
+    counted element by element only where a pattern scatters, or when the
+    spans break the rule (to say where)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.spans: list[tuple[int, int]] = []
+        self.scattered: np.ndarray | None = None
+
+    def add(self, index) -> None:
+        if index.__class__ is slice:
+            self.spans.append((index.start, index.stop))
+            return
+        if self.scattered is None:
+            self.scattered = np.zeros(self.size, np.int32)
+        np.add.at(self.scattered, index, 1)
+
+    def counts(self, exactly_once: bool) -> np.ndarray | None:
+        """Writes per element; None when the spans alone show every element
+        written at most once (`exactly_once`: exactly once)."""
+        if self.scattered is None:
+            end, broken = 0, False
+            for start, stop in sorted(self.spans):
+                if start < end or (exactly_once and start > end):  # written twice, or a gap
+                    broken = True
+                    break
+                end = stop
+            if not broken and (not exactly_once or end == self.size):
+                return None
+        counts = np.zeros(self.size, np.int64)
+        if self.scattered is not None:
+            counts += self.scattered
+        if self.spans:
+            edges = np.zeros(self.size + 1, np.int64)
+            starts, stops = np.array(self.spans).T
+            np.add.at(edges, starts, 1)
+            np.add.at(edges, stops, -1)
+            counts += np.cumsum(edges[:-1])
+        return counts
 
 
 def _element(tensor, flat: int) -> str:

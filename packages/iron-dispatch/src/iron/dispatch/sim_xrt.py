@@ -18,7 +18,8 @@
   sync direction that is neither of the two, a negative buffer size, a
   sync outside the buffer, `set_arg` past the program's arguments.
 - A run executes the program step by step: a step with a design runs
-  `iron.design.simulate` on the device-side bytes of its views, with its
+  its `iron.design.Simulator` (one per design, in the library: a later
+  run replays the first) on the device-side bytes of its views, with its
   parameters read from the run's control scratchpad; a step without one
   runs its operator's host model on the same bytes. A traced program gets
   one `TRACE_RECORD` per step in its trace buffer.
@@ -37,7 +38,7 @@ import numpy as np
 
 from iron.alloc import align_up
 from iron.core import IN, OUT, Device, as_dtype, files, registry
-from iron.design import Design, simulate
+from iron.design import Design, Simulator
 from iron.design.aiecc import ELF_KERNEL
 from iron.dispatch.cache import read_json
 from iron.dispatch.executable import kernel
@@ -88,10 +89,18 @@ class Library:
     def __init__(self) -> None:
         self.designs: dict[str, Design] = {}
         self.hosts: dict[str, Callable] = {}
+        self.simulators: dict[str, Simulator] = {}  # made on first run, replayed after
 
     def clear(self) -> None:
         self.designs.clear()
         self.hosts.clear()
+        self.simulators.clear()
+
+    def simulator(self, digest: str) -> Simulator:
+        """The simulator of the design `digest` names."""
+        if digest not in self.simulators:
+            self.simulators[digest] = Simulator(self.designs[digest])
+        return self.simulators[digest]
 
     def load(self, program: Program, entry: Path) -> None:
         """Rebuild what `program` names and the library lacks from the
@@ -191,13 +200,14 @@ class SimRun:
             if step.device is None:
                 moved = self._host_step(library.hosts[step.host], step, arrays, words)
             else:
-                moved = self._design_step(library.designs[step.digest], step, arrays, words)
+                moved = self._design_step(library.simulator(step.digest), step, arrays, words)
             self._trace(number, step.device or f"host:{step.operator}", moved)
 
-    def _design_step(self, design: Design, step, arrays, words) -> int:
+    def _design_step(self, simulator: Simulator, step, arrays, words) -> int:
+        design = simulator.design
         pairs = zip(design.tensors, arrays)
-        run = simulate(
-            design, {t.name: a for t, a in pairs if t.direction is not OUT}, _values(step, words)
+        run = simulator.run(
+            {t.name: a for t, a in pairs if t.direction is not OUT}, _values(step, words)
         )
         for tensor, array in zip(design.tensors, arrays):
             if tensor.direction is not IN:
