@@ -44,6 +44,7 @@ from iron.design import (
     aie_runtime_lib,
     shipped,
 )
+from iron.design.kernel_batch import batched
 from iron.design.lut_based_ops import tanh_bf16 as tanh_lut
 
 #: the one line length mlir-aie's add, mul, relu, silu and gelu kernels
@@ -101,6 +102,25 @@ def add_model(a, b, y, n=FIXED_LINE):
 def mul_model(a, b, y, n=FIXED_LINE):
     """The exact product, one rounding."""
     y[:n] = (_f32(a[:n]) * _f32(b[:n])).astype(bf16)
+
+
+def _add_lines(a, b, y, n=None):
+    """`add_model` for a stack of calls (every element of each line: a call
+    writes its first n)."""
+    return (_f32(a) + _f32(b)).astype(bf16)
+
+
+def _mul_lines(a, b, y, n=None):
+    """`mul_model` for a stack of calls."""
+    return (_f32(a) * _f32(b)).astype(bf16)
+
+
+def _write_binary(line, a, b, y, n=FIXED_LINE):
+    y[:n] = line[:n]
+
+
+batched(add_model, reads=(0, 1), writes=(2,), compute=_add_lines, write=_write_binary)
+batched(mul_model, reads=(0, 1), writes=(2,), compute=_mul_lines, write=_write_binary)
 
 
 def relu_model(x, y, n=FIXED_LINE):

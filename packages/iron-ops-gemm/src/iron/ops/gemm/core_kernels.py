@@ -27,6 +27,7 @@ from iron.core import bf16
 from iron.core.numerics import round_to_bf16
 from iron.design import Kernel, Memref, Scalar, aie_kernels, shipped
 from iron.design.block_float import quantize
+from iron.design.kernel_batch import batched
 
 #: accumulator element type per input element type
 ACCUMULATOR = {"bf16": "f32", "i8": "i32"}
@@ -216,6 +217,18 @@ def matvec_model(a, x, y, row_offset, *, rows, k):
     takes it, for the `rows` rows of A held row-major in `a`."""
     A = a.reshape(rows, k)
     y[row_offset : row_offset + rows] = lane_dots(A, x[None, :]).astype(bf16)
+
+
+def _matvec_rows(a, x, y, row_offset, *, rows, k):
+    """`matvec_model`'s dots for a stack of calls: (calls, rows) bf16."""
+    return lane_dots(a.reshape(-1, rows, k), x[:, None, :]).astype(bf16)
+
+
+def _matvec_write(dots, a, x, y, row_offset, *, rows, k):
+    y[row_offset : row_offset + rows] = dots
+
+
+batched(matvec_model, reads=(0, 1), writes=(2,), compute=_matvec_rows, write=_matvec_write)
 
 
 def matvec_kernel(rows, k, out_rows) -> Kernel:
