@@ -93,7 +93,6 @@ from iron.design.lower import (
     lower,
     transfer_unit,
 )
-from iron.design.replay import CALL, MOVE, play, program
 from iron.design.model import (
     TAP,
     Acquire,
@@ -114,6 +113,7 @@ from iron.design.model import (
     require_design,
     walk,
 )
+from iron.design.replay import CALL, MOVE, play, program
 
 # ---- errors ------------------------------------------------------------------------------
 
