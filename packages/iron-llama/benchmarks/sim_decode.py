@@ -36,6 +36,7 @@ from iron.llama import Model, ensure_synthetic
 
 #: the module (the package's `simulate` names the function)
 simulate_module = importlib.import_module("iron.design.simulate")
+replay_module = importlib.import_module("iron.design.replay")
 
 README = Path(__file__).parents[1] / "README.md"
 DESIGN_README = Path(__file__).parents[2] / "iron-design" / "README.md"
@@ -93,14 +94,23 @@ def profile_table(model: Model, ids: list[int], steps: int, seconds_per_token: f
         entry = stats.get(_key(function), (0, 0, 0.0, 0.0, {}))
         return entry[3], entry[0]
 
-    replay = _key(simulate_module._Replay._replay)  # the loop that calls the kernel models
+    # where a replay calls kernel models: call by call (`play`), or a batch
+    # form's two parts (`compute` once per flush, `write` once per call)
+    callers = {
+        _key(replay_module.play): "",
+        _key(replay_module._Plan.compute): " (batched: computes)",
+        _key(replay_module._Plan.write): " (batched: writes)",
+    }
     kernels: Counter = Counter()
     calls: Counter = Counter()
     for (filename, _, name), entry in stats.items():
-        edge = entry[4].get(replay)
-        if edge is not None and filename != "~" and not filename.endswith("simulate.py"):
-            kernels[name] += edge[3]
-            calls[name] += edge[1]
+        if filename == "~" or filename.endswith(("simulate.py", "replay.py")):
+            continue
+        for caller, how in callers.items():
+            edge = entry[4].get(caller)
+            if edge is not None:
+                kernels[f"`{name}`{how}"] += edge[3]
+                calls[f"`{name}`{how}"] += edge[1]
     replays, replay_count = cumulative(simulate_module._Replay.run)
     records, record_count = cumulative(simulate_module.Simulator._machine_run)
     runs, run_count = cumulative(simulate_module.Simulator.run)
@@ -115,10 +125,14 @@ def profile_table(model: Model, ids: list[int], steps: int, seconds_per_token: f
 
     top = kernels.most_common(3)
     for name, seconds in top:
-        row(f"kernel model `{name}`", seconds, calls[name])
+        row(f"kernel model {name}", seconds, calls[name])
     others = [n for n in kernels if n not in dict(top)]
     row("other kernel models", sum(kernels[n] for n in others), sum(calls[n] for n in others))
-    row("replays besides the models: moves, resets", replays - sum(kernels.values()), replay_count)
+    row(
+        "replays besides the models: moves, captures, resets",
+        replays - sum(kernels.values()),
+        replay_count,
+    )
     row("machine runs that record (offsets that move per token)", records, record_count)
     row("Simulator.run besides: tensors in and out", runs - replays - records, run_count)
     row("simulated XRT: program steps, views, syncs", driving - runs)

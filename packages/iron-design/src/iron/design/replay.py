@@ -28,6 +28,9 @@ import numpy as np
 from iron.design.kernel_batch import batch_of
 
 MOVE, MOVE_ONE, CALL, CAPTURE, WRITE, FLUSH = range(6)  # the kinds of events
+#: how a CAPTURE's copy fills the rows of its calls: one row, each row the
+#: next piece of a run of elements, or every row the same elements
+ONE, ROWS, SAME = range(3)
 
 #: the most bytes of captured reads one flush holds (bounds a replay's memory)
 CAPTURE_BYTES = 1 << 23
@@ -45,11 +48,12 @@ class _Plan:
         self.results = None
 
     def add(self, event) -> tuple:
-        """The CAPTURE of one more call."""
-        args = event[2]
+        """The CAPTURE of one more call: each read object whole, from its buffer."""
+        args, refs = event[2], event[7]
         i = len(self.calls)
         self.calls.append(event)
-        return (CAPTURE, self, i, tuple((p, args[p].reshape(-1)) for p in self.batch.reads))
+        copies = tuple((p, refs[p], slice(0, args[p].size), ONE) for p in self.batch.reads)
+        return (CAPTURE, self, i, i + 1, copies)
 
     def open(self) -> None:
         n, args = len(self.calls), self.calls[0][2]
@@ -116,8 +120,16 @@ def _args(call, params) -> tuple:
     return tuple(args)
 
 
-def program(events: list) -> list:
-    """The record `events` (MOVE and CALL, in order) as a replay's program."""
+def program(events: list, buffers: list, tensors: int) -> list:
+    """The record `events` (MOVE and CALL, in order) as a replay's program,
+    over the machine's `buffers` (their sizes), the first `tensors` of them
+    the runtime tensors."""
+    return _merged(_forwarded(_scheduled(_joined(events)), buffers, tensors))
+
+
+def _scheduled(events: list) -> list:
+    """Batched calls captured where they ran and flushed together; what
+    waits for their writes in the flush's tail (the module's docstring)."""
     out: list = []
     tail: list = []  # the events waiting for the flush, in order
     reading: set = set()  # what they read
@@ -131,7 +143,7 @@ def program(events: list) -> list:
             out.append((FLUSH, tuple(plans.values()), tuple(tail)))
         tail, reading, writing, plans, held = [], set(), set(), {}, 0
 
-    for event in _joined(events):
+    for event in events:
         if event[0] == CALL:
             found = batch_of(event[1])
             refs = event[7]
@@ -144,8 +156,8 @@ def program(events: list) -> list:
                 if plan is None:
                     plan = plans[event[1]] = _Plan(event[1], batch, keywords)
                 capture = plan.add(event)
-                if capture[3]:
-                    held += sum(view.nbytes for _, view in capture[3])
+                if capture[4]:
+                    held += sum(event[2][p].nbytes for p in batch.reads)
                     out.append(capture)
                 if batch.writes:
                     tail.append((WRITE, plan, capture[2]))
@@ -175,12 +187,13 @@ def play(events, buffers: list, params) -> None:
         if kind == MOVE_ONE:
             buffers[event[3]][event[4]] = buffers[event[1]][event[2]]
         elif kind == CAPTURE:
-            _, plan, i, copies = event
-            if i == 0:
+            plan = event[1]
+            if plan.stacks is None:
                 plan.open()
             stacks = plan.stacks
-            for position, view in copies:
-                stacks[position][i] = view
+            for position, ref, index, rows, shape in event[2]:
+                chunk = buffers[ref][index]
+                stacks[position][rows] = chunk if shape is None else chunk.reshape(shape)
         elif kind == WRITE:
             event[1].write(event[2], params)
         elif kind == MOVE:
@@ -235,3 +248,172 @@ def _joined(events: list) -> list:
         else:
             out.append((MOVE_ONE, ref, index, target, at))
     return out
+
+
+def _forwarded(events: list, buffers: list, tensors: int) -> list:
+    """Captures read straight from where a whole slot was filled from, and
+    the fills nothing else reads dropped. A move that fills a whole slot or
+    local buffer (never a runtime tensor: the run's result) from a source not
+    written since is what a capture of it reads; the fill stays if anything
+    but a capture reads it before it is next filled whole, or if a write
+    covers part of it."""
+    fills: dict = {}  # slot -> [its filling move, source, index, needed]
+    by_source: dict = {}  # source -> slots its fills forward from
+    dropped: set = set()
+
+    def read(ref) -> None:
+        fill = fills.get(ref)
+        if fill is not None:
+            fill[3] = True
+
+    def write(ref, fill=None) -> None:
+        old = fills.pop(ref, None)
+        if old is not None:
+            by_source.get(old[1], set()).discard(ref)
+            if fill is None:  # written in part: what the old fill left is still there
+                old[3] = True
+            elif not old[3]:
+                dropped.add(id(old[0]))
+        for slot in by_source.pop(ref, ()):  # their source changes: keep those fills
+            fills.pop(slot)[3] = True
+        if fill is not None:
+            fills[ref] = fill
+            by_source.setdefault(fill[1], set()).add(ref)
+
+    def visit(event) -> tuple:
+        kind = event[0]
+        if kind == MOVE_ONE:
+            _, source, index, target, at = event
+            read(source)
+            whole = (
+                target >= tensors and at.__class__ is slice and at == slice(0, buffers[target].size)
+            )
+            write(target, [event, source, index, False] if whole and source != target else None)
+        elif kind == MOVE:
+            read(event[1])
+            for target, _ in event[3]:
+                write(target)
+        elif kind == CALL:
+            refs = [ref for ref in event[7] if ref is not None]
+            for ref in refs:
+                read(ref)
+            for ref in refs:
+                write(ref)
+        elif kind == CAPTURE:
+            copies = []
+            for position, ref, index, mode in event[4]:
+                fill = fills.get(ref)
+                copies.append((position, ref, index, mode) if fill is None else
+                              (position, fill[1], fill[2], mode))  # fmt: skip
+            return (*event[:4], tuple(copies))
+        elif kind == WRITE:
+            plan, i = event[1], event[2]
+            for p in plan.batch.writes:
+                write(plan.calls[i][7][p])
+        return event
+
+    out = []
+    for event in events:
+        if event[0] == FLUSH:
+            out.append((FLUSH, event[1], tuple(visit(e) for e in event[2])))
+        else:
+            out.append(visit(event))
+    dropped |= {id(fill[0]) for fill in fills.values() if not fill[3]}
+
+    def kept(events) -> list:
+        return [e for e in events if id(e) not in dropped]
+
+    return [(FLUSH, e[1], tuple(kept(e[2]))) if e[0] == FLUSH else e for e in kept(out)]
+
+
+def _merged(events: list) -> list:
+    """The captures of one plan between two of its flushes as one event, where
+    nothing between them writes what they read: the rows of a run of calls
+    (every k-th row, so interleaved cores each keep their own run) from a run
+    of elements, or the same elements for every row."""
+    out: list = []
+    last: dict = {}  # plan -> [its capture event (a list of runs), refs written since]
+    for event in events:
+        if event[0] != CAPTURE:
+            written = _writes(event)
+            for entry in last.values():
+                entry[1] |= written
+            out.append(event)
+            continue
+        _, plan, i, _, copies = event
+        entry = last.get(plan)
+        if entry is None or any(copy[1] in entry[1] for copy in copies):
+            runs: list = []
+            last[plan] = [runs, set()]
+            out.append((CAPTURE, plan, runs))
+        else:
+            runs = entry[0]
+        for position, ref, index, _ in copies:
+            if not any(_extend(run, position, ref, index, i) for run in runs):
+                runs.append([position, ref, index, ONE, i, 1, 1])
+    return [
+        (CAPTURE, e[1], tuple(_copy(run) for run in e[2])) if e[0] == CAPTURE else e for e in out
+    ]
+
+
+def _extend(run: list, position, ref, index, row: int) -> bool:
+    """Add `row`, reading `index` of buffer `ref`, to a run of rows [position,
+    ref, index, mode, first row, row step, rows] if it continues it."""
+    run_position, run_ref, run_index, mode, first, step, count = run
+    if (run_position, run_ref) != (position, ref):
+        return False
+    if count > 1 and row != first + step * count:
+        return False
+    if count == 1 and row <= first:
+        return False
+    if mode in (ONE, SAME) and _same(run_index, index):
+        mode = SAME
+    elif (
+        mode in (ONE, ROWS)
+        and index.__class__ is slice
+        and run_index.__class__ is slice
+        and index.step is None
+        and run_index.step is None
+        and run_index.stop == index.start
+    ):
+        mode, index = ROWS, slice(run_index.start, index.stop)
+    else:
+        return False
+    run[2:] = [
+        index if mode == ROWS else run_index,
+        mode,
+        first,
+        row - first if count == 1 else step,
+        count + 1,
+    ]
+    return True
+
+
+def _copy(run: list) -> tuple:
+    """A run as a capture's copy: (position, buffer, index, rows, shape of
+    the rows' elements or None to repeat them)."""
+    position, ref, index, mode, first, step, count = run
+    rows = slice(first, first + step * (count - 1) + 1, step)
+    return (position, ref, index, rows, (count, -1) if mode == ROWS else None)
+
+
+def _writes(event) -> set:
+    """The buffers an event (or a flush's tail) writes."""
+    kind = event[0]
+    if kind == MOVE_ONE:
+        return {event[3]}
+    if kind == MOVE:
+        return {target for target, _ in event[3]}
+    if kind == CALL:
+        return {ref for ref in event[7] if ref is not None}
+    if kind == WRITE:
+        return {event[1].calls[event[2]][7][p] for p in event[1].batch.writes}
+    if kind == FLUSH:
+        return set().union(*(_writes(e) for e in event[2]))
+    return set()
+
+
+def _same(index, other) -> bool:
+    if index.__class__ is slice:
+        return index == other
+    return index is other

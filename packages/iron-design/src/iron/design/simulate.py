@@ -856,6 +856,11 @@ class WorkerRun:
         self.label = f"worker {core.worker} at {core.tile}"
         self.held = {fifo: collections.deque() for fifo in ports}
         self.buffers = {b.name: _fresh(b) for b in core.buffers}
+        #: each local buffer's place in the machine's list of buffers (for a replay)
+        self.buffer_refs = {}
+        for name, array in self.buffers.items():
+            self.buffer_refs[name] = len(machine.buffers)
+            machine.buffers.append(array.reshape(-1))
         self.barriers = {b: machine.locks[lock] for b, lock in core.barrier_locks}
         self.calls = [op for op in _walk(core.body) if isinstance(op.op, Call)]
         self.iteration = 0
@@ -969,12 +974,12 @@ class WorkerRun:
         self.acted = True
 
     def _ref(self, arg):
-        """Which buffer of the machine an argument is (for a replay's order):
-        a slot's number, a local buffer by worker and name, None for a scalar."""
+        """Which buffer of the machine an argument is, by number (for a
+        replay), None for a scalar."""
         if isinstance(arg, Obj):
             return self.ports[arg.fifo].pool.refs[self.held[arg.fifo][arg.index]]
         if isinstance(arg, Buf):
-            return (self.core.worker, arg.name)
+            return self.buffer_refs[arg.name]
         return None
 
     def kernel_error(self, lowered: CoreOp, iteration: int, error: Exception) -> KernelError:
@@ -1350,8 +1355,8 @@ class _Replay:
     pools and local buffers."""
 
     def __init__(self, machine: _Machine):
-        self.program = program(machine.events)
         self.names = [t.name for t in machine.design.tensors]
+        self.program = program(machine.events, machine.buffers, len(self.names))
         # a record keeps no run's tensors (its calls' workers lead back to the machine)
         self.buffers = machine.buffers
         self.buffers[: len(self.names)] = [None] * len(self.names)
