@@ -78,6 +78,12 @@ def set_rounding_model() -> None:
     """iron_set_rounding_conv_even moves no data; the models round as it sets."""
 
 
+def _no_results(*args) -> None:
+    """The batch form of a kernel that moves no data: nothing to compute or write."""
+
+
+batched(set_rounding_model, reads=(), writes=(), compute=_no_results, write=_no_results)
+
 #: iron_set_rounding_conv_even(): every later float -> bf16 conversion on the
 #: core rounds to nearest even (a core boots in floor; mlir-aie's kernels
 #: never set the mode, so a design calls this before them)
