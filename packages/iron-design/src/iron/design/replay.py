@@ -23,6 +23,8 @@ finer: a kernel model without a batch form reads and writes all its objects.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from iron.design.kernel_batch import batch_of
@@ -42,7 +44,11 @@ class _Plan:
 
     def __init__(self, model, batch, keywords):
         self.model, self.batch, self.keywords = model, batch, keywords
-        self.calls: list = []  # their CALL events
+        self.calls: list = []  # their CALL events, in the order they ran
+        #: the calls (by number) in the order of the stacks' rows, as
+        #: `_merged` groups them (empty: in the order they ran)
+        self.order: list[int] = []
+        self._rows: list[int] | None = None  # each call's row
         self.stacks: list | None = None
         self.scalars: dict | None = None  # position -> values, when no parameter sets them
         self.results = None
@@ -54,6 +60,14 @@ class _Plan:
         self.calls.append(event)
         copies = tuple((p, refs[p], slice(0, args[p].size), ONE) for p in self.batch.reads)
         return (CAPTURE, self, i, i + 1, copies)
+
+    @property
+    def rows(self) -> list[int]:
+        if self._rows is None:
+            self._rows = list(range(len(self.calls)))
+            for row, i in enumerate(self.order):
+                self._rows[i] = row
+        return self._rows
 
     def open(self) -> None:
         n, args = len(self.calls), self.calls[0][2]
@@ -74,10 +88,11 @@ class _Plan:
             self.stacks = None
 
     def _scalars(self, params) -> dict:
+        """Each scalar position's values, row by row."""
         if self.scalars is not None:
             return self.scalars
         positions = [p for p, a in enumerate(self.calls[0][2]) if not isinstance(a, np.ndarray)]
-        calls = [_args(call, params) for call in self.calls]
+        calls = [_args(self.calls[i], params) for i in self.order or range(len(self.calls))]
         values = {p: np.array([call[p] for call in calls], np.int64) for p in positions}
         if not any(call[3] for call in self.calls):  # no parameter: the same every replay
             self.scalars = values
@@ -86,7 +101,7 @@ class _Plan:
     def write(self, i: int, params) -> None:
         call = self.calls[i]
         try:
-            self.batch.write(self.results[i], *_args(call, params), **self.keywords)
+            self.batch.write(self.results[self.rows[i]], *_args(call, params), **self.keywords)
         except Exception as error:
             raise call[4].kernel_error(call[5], call[6], error) from error
 
@@ -96,7 +111,7 @@ class _Plan:
         writes), else of its first call."""
         for i, call in enumerate(self.calls):
             args = [
-                self.stacks[p][i].reshape(arg.shape).copy()
+                self.stacks[p][self.rows[i]].reshape(arg.shape).copy()
                 if p in self.batch.reads
                 else (np.empty_like(arg) if isinstance(arg, np.ndarray) else arg)
                 for p, arg in enumerate(_args(call, params))
@@ -328,73 +343,99 @@ def _forwarded(events: list, buffers: list, tensors: int) -> list:
 
 def _merged(events: list) -> list:
     """The captures of one plan between two of its flushes as one event, where
-    nothing between them writes what they read: the rows of a run of calls
-    (every k-th row, so interleaved cores each keep their own run) from a run
-    of elements, or the same elements for every row."""
+    nothing between them writes what they read. Calls whose reads continue
+    one another (each object the next run of elements of its buffer, or the
+    same elements again) form a group, and a group's rows are consecutive
+    in the stacks: a plan's rows are numbered group by group (`_Plan.rows`),
+    so one copy fills a group's rows of each read, however the cores'
+    calls interleave."""
     out: list = []
-    last: dict = {}  # plan -> [its capture event (a list of runs), refs written since]
+    last: dict = {}  # plan -> its open _Captures
     for event in events:
         if event[0] != CAPTURE:
             written = _writes(event)
-            for entry in last.values():
-                entry[1] |= written
+            for captures in last.values():
+                captures.written |= written
             out.append(event)
             continue
-        _, plan, i, _, copies = event
-        entry = last.get(plan)
-        if entry is None or any(copy[1] in entry[1] for copy in copies):
-            runs: list = []
-            last[plan] = [runs, set()]
-            out.append((CAPTURE, plan, runs))
-        else:
-            runs = entry[0]
-        for position, ref, index, _ in copies:
-            if not any(_extend(run, position, ref, index, i) for run in runs):
-                runs.append([position, ref, index, ONE, i, 1, 1])
-    return [
-        (CAPTURE, e[1], tuple(_copy(run) for run in e[2])) if e[0] == CAPTURE else e for e in out
-    ]
+        plan, copies = event[1], event[4]
+        captures = last.get(plan)
+        if captures is None or any(copy[1] in captures.written for copy in copies):
+            captures = last[plan] = _Captures(plan)
+            out.append(captures)
+        captures.add(event[2], copies)
+    return [e.event() if isinstance(e, _Captures) else e for e in out]
 
 
-def _extend(run: list, position, ref, index, row: int) -> bool:
-    """Add `row`, reading `index` of buffer `ref`, to a run of rows [position,
-    ref, index, mode, first row, row step, rows] if it continues it."""
-    run_position, run_ref, run_index, mode, first, step, count = run
-    if (run_position, run_ref) != (position, ref):
-        return False
-    if count > 1 and row != first + step * count:
-        return False
-    if count == 1 and row <= first:
-        return False
-    if mode in (ONE, SAME) and _same(run_index, index):
-        mode = SAME
-    elif (
-        mode in (ONE, ROWS)
-        and index.__class__ is slice
-        and run_index.__class__ is slice
-        and index.step is None
-        and run_index.step is None
-        and run_index.stop == index.start
-    ):
-        mode, index = ROWS, slice(run_index.start, index.stop)
-    else:
-        return False
-    run[2:] = [
-        index if mode == ROWS else run_index,
-        mode,
-        first,
-        row - first if count == 1 else step,
-        count + 1,
-    ]
-    return True
+class _Captures:
+    """One capture event of a plan as it is built: its groups of calls, and
+    what was written since it began (a later capture reading that cannot
+    join it)."""
+
+    def __init__(self, plan: _Plan):
+        self.plan = plan
+        self.written: set = set()
+        self.groups: list = []  # [calls, [[position, ref, index, mode], ...]]
+        self.ends: dict = {}  # continuation key -> the group it continues
+
+    def add(self, i: int, copies) -> None:
+        for key in itertools.product(*(_tokens(copy) for copy in copies)):
+            group = self.ends.get(key)
+            if group is not None:
+                self._forget(group)
+                group[0].append(i)
+                for read, (_, _, index, _), (_, _, way, *_) in zip(group[1], copies, key):
+                    read[3] = ROWS if way == "at" else SAME
+                    if way == "at":
+                        read[2] = slice(read[2].start, index.stop)
+                self._remember(group)
+                return
+        group = [[i], [[position, ref, index, ONE] for position, ref, index, _ in copies]]
+        self.groups.append(group)
+        self._remember(group)
+
+    def _keys(self, group) -> list:
+        ends = []
+        for position, ref, index, mode in group[1]:
+            if index.__class__ is not slice or index.step is not None:
+                ends.append([(position, ref, "same", id(index))])
+                continue
+            ways = []
+            if mode in (ONE, ROWS):
+                ways.append((position, ref, "at", index.stop))
+            if mode in (ONE, SAME):
+                ways.append((position, ref, "same", index.start, index.stop))
+            ends.append(ways)
+        return [tuple(key) for key in itertools.product(*ends)]
+
+    def _remember(self, group) -> None:
+        for key in self._keys(group):
+            self.ends.setdefault(key, group)
+
+    def _forget(self, group) -> None:
+        for key in self._keys(group):
+            if self.ends.get(key) is group:
+                del self.ends[key]
+
+    def event(self) -> tuple:
+        plan, copies = self.plan, []
+        for calls, reads in self.groups:
+            first = len(plan.order)
+            plan.order.extend(calls)
+            rows = slice(first, first + len(calls))
+            for position, ref, index, mode in reads:
+                copies.append(
+                    (position, ref, index, rows, (len(calls), -1) if mode == ROWS else None)
+                )
+        return (CAPTURE, plan, tuple(copies))
 
 
-def _copy(run: list) -> tuple:
-    """A run as a capture's copy: (position, buffer, index, rows, shape of
-    the rows' elements or None to repeat them)."""
-    position, ref, index, mode, first, step, count = run
-    rows = slice(first, first + step * (count - 1) + 1, step)
-    return (position, ref, index, rows, (count, -1) if mode == ROWS else None)
+def _tokens(copy) -> list:
+    """How a capture's copy could continue a group (`_Captures._keys`)."""
+    position, ref, index, _ = copy
+    if index.__class__ is not slice or index.step is not None:
+        return [(position, ref, "same", id(index))]
+    return [(position, ref, "at", index.start), (position, ref, "same", index.start, index.stop)]
 
 
 def _writes(event) -> set:
@@ -411,9 +452,3 @@ def _writes(event) -> set:
     if kind == FLUSH:
         return set().union(*(_writes(e) for e in event[2]))
     return set()
-
-
-def _same(index, other) -> bool:
-    if index.__class__ is slice:
-        return index == other
-    return index is other
