@@ -26,6 +26,7 @@ from iron.design import (
     Tensor,
     Worker,
     core,
+    examples,
     shim,
     shipped,
 )
@@ -169,6 +170,8 @@ def test_check_batch_passes_an_equal_form_and_catches_one_that_differs():
         check_batch(sloppy_model, calls)
     with pytest.raises(ValueError, match="has no batch form"):
         run_batch(one_worker, calls)
+    ones = [(x[i], np.zeros(64, np.int32), 64 - i) for i in range(4)]
+    check_batch(examples.add_one_model, ones)  # the example kernel's own form
 
 
 # ---- replays that batch ------------------------------------------------------------------
