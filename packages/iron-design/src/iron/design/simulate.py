@@ -1356,7 +1356,10 @@ class _Replay:
 
     def __init__(self, machine: _Machine):
         self.names = [t.name for t in machine.design.tensors]
-        self.program = program(machine.events, machine.buffers, len(self.names))
+        # made into a program when first replayed: many records never are (a
+        # KV cache's write at each position)
+        self.events: list | None = machine.events
+        self.program: list | None = None
         # a record keeps no run's tensors (its calls' workers lead back to the machine)
         self.buffers = machine.buffers
         self.buffers[: len(self.names)] = [None] * len(self.names)
@@ -1379,6 +1382,8 @@ class _Replay:
             else:
                 np.copyto(array, buffer.initial_value, casting="unsafe")
         buffers = self.buffers
+        if self.program is None:
+            self.program, self.events = program(self.events, buffers, len(self.names)), None
         buffers[: len(self.names)] = [arrays[name].reshape(-1) for name in self.names]
         try:
             play(self.program, buffers, params)
