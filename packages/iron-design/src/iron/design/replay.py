@@ -98,13 +98,6 @@ class _Plan:
             self.scalars = values
         return values
 
-    def write(self, i: int, params) -> None:
-        call = self.calls[i]
-        try:
-            self.batch.write(self.results[self.rows[i]], *_args(call, params), **self.keywords)
-        except Exception as error:
-            raise call[4].kernel_error(call[5], call[6], error) from error
-
     def _blame(self, error: Exception, params) -> None:
         """A batch that raised, as the `KernelError` of the first of its calls
         whose model raises on what it read (on scratch copies of what it
@@ -139,7 +132,7 @@ def program(events: list, buffers: list, tensors: int) -> list:
     """The record `events` (MOVE and CALL, in order) as a replay's program,
     over the machine's `buffers` (their sizes), the first `tensors` of them
     the runtime tensors."""
-    return _merged(_forwarded(_scheduled(_joined(events)), buffers, tensors))
+    return _resolved(_merged(_forwarded(_scheduled(_joined(events)), buffers, tensors)))
 
 
 def _scheduled(events: list) -> list:
@@ -210,7 +203,14 @@ def play(events, buffers: list, params) -> None:
                 chunk = buffers[ref][index]
                 stacks[position][rows] = chunk if shape is None else chunk.reshape(shape)
         elif kind == WRITE:
-            event[1].write(event[2], params)
+            _, plan, i, row, args = event
+            try:
+                plan.batch.write(
+                    plan.results[row], *(args or _args(plan.calls[i], params)), **plan.keywords
+                )
+            except Exception as error:
+                call = plan.calls[i]
+                raise call[4].kernel_error(call[5], call[6], error) from error
         elif kind == MOVE:
             chunk = buffers[event[1]][event[2]]
             for target, at in event[3]:
@@ -436,6 +436,22 @@ def _tokens(copy) -> list:
     if index.__class__ is not slice or index.step is not None:
         return [(position, ref, "same", id(index))]
     return [(position, ref, "at", index.start), (position, ref, "same", index.start, index.stop)]
+
+
+def _resolved(events: list) -> list:
+    """Each WRITE with its call's row and, where no parameter sets one of
+    them, its arguments: (WRITE, plan, call, row, arguments or None)."""
+
+    def resolved(event) -> tuple:
+        if event[0] == FLUSH:
+            return (FLUSH, event[1], tuple(resolved(e) for e in event[2]))
+        if event[0] != WRITE:
+            return event
+        plan, i = event[1], event[2]
+        call = plan.calls[i]
+        return (WRITE, plan, i, plan.rows[i], None if call[3] else call[2])
+
+    return [resolved(event) for event in events]
 
 
 def _writes(event) -> set:

@@ -33,6 +33,10 @@ from iron.design.kernel_batch import batched
 ACCUMULATOR = {"bf16": "f32", "i8": "i32"}
 #: float32 lanes of our kernels' accumulators (aie::accum<accfloat, 16>)
 LANES = 16
+#: products from which `lane_dots` adds step by step across all its dots
+#: (a numpy call per step) rather than by a cumsum (the partial sums of
+#: every step kept): the same additions, faster for a replay's stacks
+STEPWISE = 1 << 15
 #: the k (or head_dim) one MAC of the matmul shapes takes: s of r x s x t
 BLOCK_K = 8
 
@@ -62,7 +66,12 @@ def lane_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ... in order (one rounding per step), then `sum_lanes`."""
     products = np.asarray(a, np.float32) * np.asarray(b, np.float32)  # exact
     steps = products.reshape(*products.shape[:-1], -1, LANES)
-    return sum_lanes(np.cumsum(steps, axis=-2, dtype=np.float32)[..., -1, :])
+    if products.size < STEPWISE:
+        return sum_lanes(np.cumsum(steps, axis=-2, dtype=np.float32)[..., -1, :])
+    lanes = steps[..., 0, :].copy()  # the same additions, a step across every dot at a time
+    for step in range(1, steps.shape[-2]):
+        lanes += steps[..., step, :]
+    return sum_lanes(lanes)
 
 
 def block_product(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> np.ndarray:
