@@ -15,7 +15,7 @@ from iron.design import Simulator, design_of, simulate
 from iron.design.kernel_batch import check_batch
 from iron.design.replay import CALL, FLUSH
 from iron.ops.gemm import GEMV
-from iron.ops.gemm.core_kernels import matvec_model
+from iron.ops.gemm.core_kernels import matvec_model, scores_model
 
 
 def bf16_values(rng, n: int) -> np.ndarray:
@@ -43,6 +43,22 @@ def test_matvec_batch_form_is_the_model_bit_for_bit(rows, k, seed):
             calls.append((bf16_values(rng, rows * k), x, y, offset))
     with np.errstate(all="ignore"):  # inf - inf and 0 x inf are part of the test
         check_batch(functools.partial(matvec_model, rows=rows, k=k), calls)
+
+
+@pytest.mark.parametrize("heads, groups, head_dim, positions", [(4, 2, 64, 32), (8, 8, 16, 16)])
+def test_scores_batch_form_is_the_model_bit_for_bit(heads, groups, head_dim, positions):
+    rng = np.random.default_rng(heads)
+    model = functools.partial(
+        scores_model, heads=heads, groups=groups, head_dim=head_dim, positions=positions,
+        scale=0.125,
+    )  # fmt: skip
+    calls = []
+    for first, valid in [(0, 1), (0, positions), (positions, 2 * positions - 3), (64, 10), (0, 0)]:
+        q = bf16_values(rng, heads * head_dim)
+        keys = bf16_values(rng, positions * groups * head_dim)
+        calls.append((q, keys, np.full(heads * positions, np.nan, bf16), first, valid))
+    with np.errstate(all="ignore"):
+        check_batch(model, calls)
 
 
 def test_gemv_replays_batched_and_equals_a_fresh_run(device):

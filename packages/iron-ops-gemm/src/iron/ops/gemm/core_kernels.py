@@ -265,6 +265,27 @@ def scores_model(q, keys, scores, first, valid, *, heads, groups, head_dim, posi
         out[:, :live] = (dots.reshape(heads, live) * np.float32(scale)).astype(bf16)
 
 
+def _scores_rows(q, keys, scores, first, valid, *, heads, groups, head_dim, positions, scale):
+    """`scores_model` for a stack of calls: every row's dots, then 0 where
+    the call's position is at or past its `valid` (what a call never reads
+    may hold anything: those dots are dropped)."""
+    n, per_group = len(q), heads // groups
+    k = keys.reshape(n, positions, groups, head_dim).transpose(0, 2, 1, 3)[:, :, None]
+    with np.errstate(all="ignore"):
+        dots = lane_dots(q.reshape(n, groups, per_group, 1, head_dim), k)
+        out = (dots.reshape(n, heads, positions) * np.float32(scale)).astype(bf16)
+    live = np.arange(positions) < (valid - first)[:, None]
+    return np.where(live[:, None, :], out, np.zeros((), bf16))
+
+
+def _write_whole(result, *args, **sizes):
+    """Write the third argument (the output object) whole."""
+    args[2][...] = result.reshape(args[2].shape)
+
+
+batched(scores_model, reads=(0, 1), writes=(2,), compute=_scores_rows, write=_write_whole)
+
+
 def _gqa_flags(heads, groups, head_dim, positions):
     return (f"-DHEADS={heads}", f"-DGROUPS={groups}", f"-DHEAD_DIM={head_dim}",
             f"-DPOSITIONS={positions}")  # fmt: skip
