@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import importlib
 import pstats
 import statistics
@@ -31,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 from iron.core.benchmarking import markdown_table, write_readme_section
+from iron.design import Batch
 from iron.dispatch.sim_xrt import SimRun
 from iron.llama import Model, ensure_synthetic
 
@@ -94,23 +96,24 @@ def profile_table(model: Model, ids: list[int], steps: int, seconds_per_token: f
         entry = stats.get(_key(function), (0, 0, 0.0, 0.0, {}))
         return entry[3], entry[0]
 
-    # where a replay calls kernel models: call by call (`play`), or a batch
-    # form's two parts (`compute` once per flush, `write` once per call)
-    callers = {
-        _key(replay_module.play): "",
-        _key(replay_module._Plan.compute): " (batched: computes)",
-        _key(replay_module._Plan.write): " (batched: writes)",
-    }
+    # where a replay calls kernel models: call by call, or a batch form's two
+    # parts (`compute` once per flush, `write` once per call)
+    callers = (_key(replay_module.play), _key(replay_module._Plan.compute))
+    parts = {}
+    for batch in (o for o in gc.get_objects() if isinstance(o, Batch)):
+        parts[_key(batch.compute)] = " (batched: computes)"
+        parts[_key(batch.write)] = " (batched: writes)"
     kernels: Counter = Counter()
     calls: Counter = Counter()
-    for (filename, _, name), entry in stats.items():
+    for key, entry in stats.items():
+        filename, _, name = key
         if filename == "~" or filename.endswith(("simulate.py", "replay.py")):
             continue
-        for caller, how in callers.items():
+        for caller in callers:
             edge = entry[4].get(caller)
             if edge is not None:
-                kernels[f"`{name}`{how}"] += edge[3]
-                calls[f"`{name}`{how}"] += edge[1]
+                kernels[f"`{name}`{parts.get(key, '')}"] += edge[3]
+                calls[f"`{name}`{parts.get(key, '')}"] += edge[1]
     replays, replay_count = cumulative(simulate_module._Replay.run)
     records, record_count = cumulative(simulate_module.Simulator._machine_run)
     runs, run_count = cumulative(simulate_module.Simulator.run)

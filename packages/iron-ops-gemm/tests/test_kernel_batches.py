@@ -46,14 +46,19 @@ def test_matvec_batch_form_is_the_model_bit_for_bit(rows, k, seed):
 
 
 @pytest.mark.parametrize("heads, groups, head_dim, positions", [(4, 2, 64, 32), (8, 8, 16, 16)])
-def test_scores_batch_form_is_the_model_bit_for_bit(heads, groups, head_dim, positions):
+@pytest.mark.parametrize("chunks", ["every kind", "none whole"])
+def test_scores_batch_form_is_the_model_bit_for_bit(heads, groups, head_dim, positions, chunks):
     rng = np.random.default_rng(heads)
     model = functools.partial(
         scores_model, heads=heads, groups=groups, head_dim=head_dim, positions=positions,
         scale=0.125,
     )  # fmt: skip
     calls = []
-    for first, valid in [(0, 1), (0, positions), (positions, 2 * positions - 3), (64, 10), (0, 0)]:
+    windows = {  # (first, valid): live rows, all of them, some, none
+        "every kind": [(0, 1), (0, positions), (positions, 2 * positions - 3), (64, 10), (0, 0)],
+        "none whole": [(0, 3), (positions, positions + 5), (2 * positions, 0), (0, 1)],
+    }[chunks]
+    for first, valid in windows:
         q = bf16_values(rng, heads * head_dim)
         keys = bf16_values(rng, positions * groups * head_dim)
         calls.append((q, keys, np.full(heads * positions, np.nan, bf16), first, valid))

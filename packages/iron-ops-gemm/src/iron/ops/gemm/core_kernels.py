@@ -266,16 +266,24 @@ def scores_model(q, keys, scores, first, valid, *, heads, groups, head_dim, posi
 
 
 def _scores_rows(q, keys, scores, first, valid, *, heads, groups, head_dim, positions, scale):
-    """`scores_model` for a stack of calls: every row's dots, then 0 where
-    the call's position is at or past its `valid` (what a call never reads
-    may hold anything: those dots are dropped)."""
-    n, per_group = len(q), heads // groups
-    k = keys.reshape(n, positions, groups, head_dim).transpose(0, 2, 1, 3)[:, :, None]
-    with np.errstate(all="ignore"):
-        dots = lane_dots(q.reshape(n, groups, per_group, 1, head_dim), k)
-        out = (dots.reshape(n, heads, positions) * np.float32(scale)).astype(bf16)
-    live = np.arange(positions) < (valid - first)[:, None]
-    return np.where(live[:, None, :], out, np.zeros((), bf16))
+    """`scores_model` for a stack of calls: the dots of the calls with live
+    rows, over the most any of them has, then 0 where a call's position is
+    at or past its `valid` (what a call never reads may hold anything: those
+    dots are dropped)."""
+    per_group = heads // groups
+    live = np.clip(valid - first, 0, positions)
+    out = np.zeros((len(q), heads, positions), bf16)
+    calls = np.flatnonzero(live)
+    if calls.size:
+        width = int(live.max())
+        k = keys[calls].reshape(-1, positions, groups, head_dim)[:, :width]
+        qf = q[calls].reshape(-1, groups, per_group, 1, head_dim)
+        with np.errstate(all="ignore"):
+            dots = lane_dots(qf, k.transpose(0, 2, 1, 3)[:, :, None])
+            scaled = (dots.reshape(-1, heads, width) * np.float32(scale)).astype(bf16)
+        kept = np.arange(width) < live[calls][:, None]
+        out[calls, :, :width] = np.where(kept[:, None, :], scaled, np.zeros((), bf16))
+    return out
 
 
 def _write_whole(result, *args, **sizes):
