@@ -223,9 +223,9 @@ def play(events, buffers: list, params) -> None:
                 raise worker.kernel_error(lowered, iteration, error) from error
         else:  # FLUSH
             _, plans, tail = event
-            for plan in plans:
-                plan.compute(params)
             try:
+                for plan in plans:
+                    plan.compute(params)
                 play(tail, buffers, params)
             finally:
                 for plan in plans:

@@ -66,6 +66,9 @@ records, in order, each move of elements (from a buffer of the machine to
 others: runtime tensors, then pool slots, by number) and each kernel call
 with its arguments, and a later run replays that record on new data:
 slots and local buffers garbage again, kernel scalars from its parameters.
+A record becomes a program when first replayed (`iron.design.replay`),
+which hands a kernel model with a batch form (`iron.design.kernel_batch`)
+its runs of calls at once.
 """
 
 from __future__ import annotations
