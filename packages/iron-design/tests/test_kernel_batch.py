@@ -2,6 +2,8 @@
 that hand them runs of calls (iron.design.replay): the same results as a
 fresh run, bit for bit, and every corruption of a design still shows."""
 
+import importlib
+
 import attrs
 import numpy as np
 import pytest
@@ -33,6 +35,8 @@ from iron.design import (
 from iron.design.kernel_batch import batch_of, batched, check_batch, run_batch
 from iron.design.replay import CALL, CAPTURE, FLUSH, WRITE
 from iron.design.simulate import KernelError, Simulator, simulate
+
+replay_module = importlib.import_module("iron.design.replay")
 
 # ---- kernel models with batch forms (module level: designs name their models) ----------
 
@@ -341,3 +345,15 @@ def test_a_batched_kernel_that_raises_on_replayed_data_is_named(npu1):
     assert "worker adder, iteration 3: call 1 of 1 (refusing_model)" in str(fresh.value)
     x[3000] = 1  # and the simulator still replays right after
     np.testing.assert_array_equal(simulator.run({"x": x})["y"], 3 * x)
+
+
+def test_captures_past_the_bound_flush_and_still_replay_right(npu1, monkeypatch):
+    """A flush comes once the captured rows reach `CAPTURE_BYTES` (a
+    replay's memory is bounded): with room for 3 lines, 16 lines take 6."""
+    monkeypatch.setattr(replay_module, "CAPTURE_BYTES", 3 * 256 * 4)
+    design = one_worker(npu1, affine_body(256, 9), tile=256)
+    simulator = Simulator(design)
+    for seed in range(3):
+        x = inputs(4096, seed)
+        np.testing.assert_array_equal(simulator.run({"x": x})["y"], x * np.int32(3) + 9)
+    assert kinds(simulator)[FLUSH] == 6
