@@ -33,7 +33,7 @@ from iron.design import (
     shipped,
 )
 from iron.design.kernel_batch import batch_of, batched, check_batch, run_batch
-from iron.design.replay import CALL, CAPTURE, FLUSH, WRITE
+from iron.design.replay import CALL, CAPTURE, FLUSH, WRITE, WRITE_TO
 from iron.design.simulate import KernelError, Simulator, simulate
 
 replay_module = importlib.import_module("iron.design.replay")
@@ -54,7 +54,18 @@ def _write_first(row, x, y, n, shift):
     y[:n] = row[:n]
 
 
-batched(affine_model, reads=(0,), writes=(1,), compute=_affine_rows, write=_write_first)
+def _whole_line(x, y, n, shift):
+    return n >= y.size
+
+
+batched(
+    affine_model,
+    reads=(0,),
+    writes=(1,),
+    compute=_affine_rows,
+    write=_write_first,
+    whole=_whole_line,
+)
 
 
 def total_model(x, y, total):
@@ -357,3 +368,41 @@ def test_captures_past_the_bound_flush_and_still_replay_right(npu1, monkeypatch)
         x = inputs(4096, seed)
         np.testing.assert_array_equal(simulator.run({"x": x})["y"], x * np.int32(3) + 9)
     assert kinds(simulator)[FLUSH] == 6
+
+
+def test_whole_results_go_straight_to_the_tensor_and_a_false_claim_is_caught(npu1):
+    """A call writing its object whole, which a drain then takes whole: the
+    replay puts the results where the drain writes, one put per run of
+    rows, and the answer is the fresh run's."""
+    design = one_worker(npu1, affine_body(256, 9), tile=256)
+    simulator = Simulator(design)
+    for seed in range(3):
+        x = inputs(4096, seed)
+        replayed, fresh = simulator.run({"x": x}), simulate(design, {"x": x})
+        np.testing.assert_array_equal(replayed["y"], fresh["y"])
+        np.testing.assert_array_equal(replayed["y"], x * np.int32(3) + 9)
+    counts = kinds(simulator)
+    assert WRITE not in counts and counts[WRITE_TO] == 1  # 16 lines, one put
+    calls = [(inputs(64, i), np.zeros(64, np.int32), 64, 1) for i in range(3)]
+    with pytest.raises(AssertionError, match="its result, said whole, differs"):
+        check_batch(partly_model, calls)
+
+
+def partly_model(x, y, n, shift):
+    affine_model(x, y, n - 1, shift)
+    y[n - 1 :] = 0
+
+
+def _write_partly(row, x, y, n, shift):
+    y[: n - 1] = row[: n - 1]
+    y[n - 1 :] = 0
+
+
+batched(
+    partly_model,
+    reads=(0,),
+    writes=(1,),
+    compute=_affine_rows,
+    write=_write_partly,
+    whole=_whole_line,  # wrong: the last element is 0, not the result's
+)

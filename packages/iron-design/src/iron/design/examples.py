@@ -63,7 +63,18 @@ def _write_first(row: np.ndarray, x, y: np.ndarray, n: int) -> None:
     y[:n] = row[:n]
 
 
-batched(add_one_model, reads=(0,), writes=(1,), compute=_add_one_rows, write=_write_first)
+def _whole_line(x, y: np.ndarray, n: int) -> bool:
+    return n >= y.size
+
+
+batched(
+    add_one_model,
+    reads=(0,),
+    writes=(1,),
+    compute=_add_one_rows,
+    write=_write_first,
+    whole=_whole_line,
+)
 
 
 def add_one_kernel(tile: int) -> Kernel:

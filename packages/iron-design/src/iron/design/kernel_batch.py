@@ -47,11 +47,19 @@ class Batch:
     writes: tuple[int, ...]
     compute: Callable
     write: Callable
+    #: `whole(*args)`: whether `write` sets every element of the one object
+    #: it writes to the call's result, flat and in order (a replay may then
+    #: put a result straight where a move takes that object whole)
+    whole: Callable | None = None
 
 
-def batched(model: Callable, *, reads, writes, compute: Callable, write: Callable) -> Callable:
+def batched(
+    model: Callable, *, reads, writes, compute: Callable, write: Callable, whole=None
+) -> Callable:
     """Give `model` (a module-level function) its batch form; returns it."""
-    model.batch = Batch(tuple(reads), tuple(writes), compute, write)
+    if whole is not None and len(tuple(writes)) != 1:
+        raise ValueError(f"kernel model {model!r}: `whole` is for a model that writes one object")
+    model.batch = Batch(tuple(reads), tuple(writes), compute, write, whole)
     return model
 
 
@@ -103,16 +111,32 @@ def check_batch(model: Callable, calls: Sequence[Sequence]) -> None:
     def copies():
         return [tuple(a.copy() if isinstance(a, np.ndarray) else a for a in call) for call in calls]
 
+    found = batch_of(model)
+    if found is None:
+        raise ValueError(f"kernel model {model!r} has no batch form")
+    batch, keywords = found
     one_by_one, together = copies(), copies()
     for call in one_by_one:
         model(*call)
-    run_batch(model, together)
+    results = batch.compute(*stacked(batch, together), **keywords)
+    for i, call in enumerate(together):
+        batch.write(results[i], *call, **keywords)
     for i, (want, got) in enumerate(zip(one_by_one, together)):
         for position, (a, b) in enumerate(zip(want, got)):
             if isinstance(a, np.ndarray):
-                differs = a.reshape(-1).view(np.uint8) != b.reshape(-1).view(np.uint8)
-                if differs.any():
-                    raise AssertionError(
-                        f"{model!r}: call {i}, argument {position}: the batch form differs from "
-                        f"the model at byte {int(np.argmax(differs))}"
-                    )
+                _same_bytes(a, b, f"{model!r}: call {i}, argument {position}: the batch form")
+        if batch.whole is not None and batch.whole(*want, **keywords):
+            (position,) = batch.writes
+            result = np.asarray(results[i]).astype(want[position].dtype)
+            _same_bytes(want[position], result, f"{model!r}: call {i}: its result, said whole,")
+
+
+def _same_bytes(want: np.ndarray, got: np.ndarray, what: str) -> None:
+    a, b = want.reshape(-1).view(np.uint8), got.reshape(-1).view(np.uint8)
+    if a.size != b.size:
+        raise AssertionError(f"{what} has {b.size} bytes, the model's {a.size}")
+    differs = a != b
+    if differs.any():
+        raise AssertionError(
+            f"{what} differs from the model at byte {int(np.argmax(differs))} of {want.nbytes}"
+        )

@@ -29,7 +29,7 @@ import numpy as np
 
 from iron.design.kernel_batch import batch_of
 
-MOVE, MOVE_ONE, CALL, CAPTURE, WRITE, FLUSH = range(6)  # the kinds of events
+MOVE, MOVE_ONE, CALL, CAPTURE, WRITE, FLUSH, WRITE_TO = range(7)  # the kinds of events
 #: how a CAPTURE's copy fills the rows of its calls: one row, each row the
 #: next piece of a run of elements, or every row the same elements
 ONE, ROWS, SAME = range(3)
@@ -132,7 +132,8 @@ def program(events: list, buffers: list, tensors: int) -> list:
     """The record `events` (MOVE and CALL, in order) as a replay's program,
     over the machine's `buffers` (their sizes), the first `tensors` of them
     the runtime tensors."""
-    return _resolved(_merged(_forwarded(_scheduled(_joined(events)), buffers, tensors)))
+    scheduled = _forwarded(_scheduled(_joined(events)), buffers, tensors)
+    return _fused(_resolved(_merged(scheduled)), buffers, tensors)
 
 
 def _scheduled(events: list) -> list:
@@ -211,6 +212,9 @@ def play(events, buffers: list, params) -> None:
             except Exception as error:
                 call = plan.calls[i]
                 raise call[4].kernel_error(call[5], call[6], error) from error
+        elif kind == WRITE_TO:
+            _, plan, first, count, target, at = event
+            buffers[target][at] = np.asarray(plan.results[first : first + count]).reshape(-1)
         elif kind == MOVE:
             chunk = buffers[event[1]][event[2]]
             for target, at in event[3]:
@@ -465,6 +469,144 @@ def _writes(event) -> set:
         return {ref for ref in event[7] if ref is not None}
     if kind == WRITE:
         return {event[1].calls[event[2]][7][p] for p in event[1].batch.writes}
+    if kind == WRITE_TO:
+        return {event[4]}
     if kind == FLUSH:
         return set().union(*(_writes(e) for e in event[2]))
+    return set()
+
+
+def _fused(events: list, buffers: list, tensors: int) -> list:
+    """A call's whole result put straight where a move takes its object
+    whole into a runtime tensor (the write and the move dropped), where
+    nothing else reads that slot before it is next written whole; then such
+    puts of one plan's consecutive rows into consecutive elements as one."""
+    candidates: dict = {}  # slot -> [its write's place, its move's place or None, ok]
+    fused: dict = {}  # place of a move -> the WRITE_TO that replaces it
+    dropped: set = set()  # places of writes
+
+    def settle(slot) -> None:
+        candidate = candidates.pop(slot, None)
+        if candidate is not None and candidate[2] and candidate[1] is not None:
+            write_place, move_place, _, write, move = candidate
+            dropped.add(write_place)
+            fused[move_place] = (WRITE_TO, write[1], write[3], 1, move[3], move[4])
+
+    def spoil(ref) -> None:
+        candidate = candidates.get(ref)
+        if candidate is not None:
+            candidate[2] = False
+
+    def visit(event, place) -> None:
+        kind = event[0]
+        if kind == WRITE:
+            _, plan, i, _, args = event
+            batch = plan.batch
+            slot = plan.calls[i][7][batch.writes[0]] if batch.writes else None
+            whole = (
+                batch.whole is not None
+                and args is not None
+                and slot >= tensors
+                and batch.whole(*args, **plan.keywords)
+            )
+            if whole:
+                settle(slot)
+                candidates[slot] = [place, None, True, event, None]
+            else:
+                for p in batch.writes:
+                    spoil(plan.calls[i][7][p])
+                    settle(plan.calls[i][7][p])
+        elif kind == MOVE_ONE:
+            _, source, index, target, at = event
+            candidate = candidates.get(source)
+            if candidate is not None:
+                whole = index.__class__ is slice and index == slice(0, buffers[source].size)
+                same_flush = place[0] == candidate[0][0]  # its results are dropped after it
+                if (
+                    candidate[1] is None
+                    and same_flush
+                    and whole
+                    and target < tensors
+                    and at.__class__ is slice
+                ):
+                    candidate[1], candidate[4] = place, event
+                else:
+                    candidate[2] = False
+            spoil(target)
+            settle(target)
+        elif kind == MOVE:
+            spoil(event[1])
+            for target, _ in event[3]:
+                spoil(target)
+                settle(target)
+        elif kind == CALL:
+            for ref in event[7]:
+                if ref is not None:
+                    spoil(ref)
+                    settle(ref)
+        elif kind == CAPTURE:
+            for copy in event[2]:
+                spoil(copy[1])
+
+    for n, event in enumerate(events):
+        if event[0] == FLUSH:
+            for m, inner in enumerate(event[2]):
+                visit(inner, (n, m))
+        else:
+            visit(event, (n, None))
+    for slot in list(candidates):
+        settle(slot)
+
+    def rebuilt(tail, n) -> list:
+        out = [fused.get((n, m), e) for m, e in enumerate(tail) if (n, m) not in dropped]
+        return _puts_joined(out)
+
+    return [
+        (FLUSH, e[1], tuple(rebuilt(e[2], n))) if e[0] == FLUSH else e
+        for n, e in enumerate(events)
+        if (n, None) not in dropped
+    ]
+
+
+def _puts_joined(tail: list) -> list:
+    """A flush's puts (WRITE_TO) of one plan's consecutive rows into
+    consecutive elements of one tensor as one put, at the first's place,
+    while nothing else in the tail reads or writes that tensor (the puts
+    themselves never overlap: a drain writes each element at most once)."""
+    out: list = []
+    ends: dict = {}  # (plan, tensor, next row, next element) -> the put's place in out
+    for event in tail:
+        if event[0] != WRITE_TO:
+            touched = _writes(event) | _reads(event)
+            for key in [key for key in ends if key[1] in touched]:
+                del ends[key]
+            out.append(event)
+            continue
+        _, plan, row, count, target, at = event
+        place = ends.pop((plan, target, row, at.start), None)
+        if place is None:
+            place = len(out)
+            out.append(event)
+        else:
+            _, _, first, joined, _, start = out[place]
+            out[place] = (
+                WRITE_TO,
+                plan,
+                first,
+                joined + count,
+                target,
+                slice(start.start, at.stop),
+            )
+        put = out[place]
+        ends[(plan, target, put[2] + put[3], put[5].stop)] = place
+    return out
+
+
+def _reads(event) -> set:
+    """The buffers a waiting event reads (a flush's tail holds no capture)."""
+    kind = event[0]
+    if kind in (MOVE_ONE, MOVE):
+        return {event[1]}
+    if kind == CALL:
+        return {ref for ref in event[7] if ref is not None}
     return set()

@@ -125,8 +125,14 @@ def _write_binary(line, a, b, y, n=FIXED_LINE):
     y[:n] = line[:n]
 
 
-batched(add_model, reads=(0, 1), writes=(2,), compute=_add_lines, write=_write_binary)
-batched(mul_model, reads=(0, 1), writes=(2,), compute=_mul_lines, write=_write_binary)
+def _whole_line(a, b, y, n=FIXED_LINE) -> bool:
+    return n >= y.size
+
+
+for _model, _lines in ((add_model, _add_lines), (mul_model, _mul_lines)):
+    batched(
+        _model, reads=(0, 1), writes=(2,), compute=_lines, write=_write_binary, whole=_whole_line
+    )
 
 
 def relu_model(x, y, n=FIXED_LINE):

@@ -237,7 +237,18 @@ def _matvec_write(dots, a, x, y, row_offset, *, rows, k):
     y[row_offset : row_offset + rows] = dots
 
 
-batched(matvec_model, reads=(0, 1), writes=(2,), compute=_matvec_rows, write=_matvec_write)
+def _matvec_whole(a, x, y, row_offset, *, rows, k) -> bool:
+    return row_offset == 0 and rows == y.size
+
+
+batched(
+    matvec_model,
+    reads=(0, 1),
+    writes=(2,),
+    compute=_matvec_rows,
+    write=_matvec_write,
+    whole=_matvec_whole,
+)
 
 
 def matvec_kernel(rows, k, out_rows) -> Kernel:
@@ -291,7 +302,18 @@ def _write_whole(result, *args, **sizes):
     args[2][...] = result.reshape(args[2].shape)
 
 
-batched(scores_model, reads=(0, 1), writes=(2,), compute=_scores_rows, write=_write_whole)
+def _always(*args, **sizes) -> bool:
+    return True
+
+
+batched(
+    scores_model,
+    reads=(0, 1),
+    writes=(2,),
+    compute=_scores_rows,
+    write=_write_whole,
+    whole=_always,
+)
 
 
 def _gqa_flags(heads, groups, head_dim, positions):
