@@ -59,7 +59,7 @@ class _Plan:
         i = len(self.calls)
         self.calls.append(event)
         copies = tuple((p, refs[p], slice(0, args[p].size), ONE) for p in self.batch.reads)
-        return (CAPTURE, self, i, i + 1, copies)
+        return (CAPTURE, self, i, copies)
 
     @property
     def rows(self) -> list[int]:
@@ -165,7 +165,7 @@ def _scheduled(events: list) -> list:
                 if plan is None:
                     plan = plans[event[1]] = _Plan(event[1], batch, keywords)
                 capture = plan.add(event)
-                if capture[4]:
+                if capture[3]:
                     held += sum(event[2][p].nbytes for p in batch.reads)
                     out.append(capture)
                 if batch.writes:
@@ -320,11 +320,11 @@ def _forwarded(events: list, buffers: list, tensors: int) -> list:
                 write(ref)
         elif kind == CAPTURE:
             copies = []
-            for position, ref, index, mode in event[4]:
+            for position, ref, index, mode in event[3]:
                 fill = fills.get(ref)
                 copies.append((position, ref, index, mode) if fill is None else
                               (position, fill[1], fill[2], mode))  # fmt: skip
-            return (*event[:4], tuple(copies))
+            return (*event[:3], tuple(copies))
         elif kind == WRITE:
             plan, i = event[1], event[2]
             for p in plan.batch.writes:
@@ -362,7 +362,7 @@ def _merged(events: list) -> list:
                 captures.written |= written
             out.append(event)
             continue
-        plan, copies = event[1], event[4]
+        plan, copies = event[1], event[3]
         captures = last.get(plan)
         if captures is None or any(copy[1] in captures.written for copy in copies):
             captures = last[plan] = _Captures(plan)
