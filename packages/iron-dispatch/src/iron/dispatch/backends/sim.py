@@ -17,6 +17,7 @@ from iron.dispatch.cache import read_json
 from iron.dispatch.executable import kernel
 from iron.dispatch.image import PARAMETER_WORDS
 from iron.dispatch.pipeline import program_kernel
+from iron.dispatch.program import step_design
 from iron.dispatch.runtime import XclbinExecutable, XrtExecutable
 from iron.dispatch.sim_xrt import SimulatedXrt, stream
 
@@ -36,6 +37,10 @@ class SimBackend(CompilingBackend):
         library.designs.update(image.designs)
         for program in image.programs:
             for step in program.steps:
+                if step.device is not None and step.digest not in library.designs:
+                    # a cache hit builds no design; the device needs it to run
+                    op = image.steps[step.index].op
+                    library.designs[step.digest] = step_design(op, program.name)
                 if step.host is not None and step.host not in library.hosts:
                     library.hosts[step.host] = kernel(
                         image.steps[step.index].op, use_device_model=True
