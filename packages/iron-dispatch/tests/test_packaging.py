@@ -297,3 +297,19 @@ def test_a_cache_hit_builds_no_design_and_no_program(monkeypatch, device):
     assert session.backend("sim").hits == 1
     assert built == {"designs": 2, "programs": 1}  # nothing more
     assert np.array_equal(warm(x, pos=3), x + 16)
+
+
+def test_cache_info_shows_each_entrys_packaging(capsys):
+    from iron.core.cli import main
+
+    def body(g, x, *, pos):
+        return g(AddK(SIZE), x, k=pos + 2)
+
+    for device in ("npu1", "npu2"):
+        graph(body, backend="sim", device=device).compile(((SIZE,), np.int32))
+    assert main(["cache", "info"]) == 0
+    shown = capsys.readouterr().out
+    assert "    elf image (no rule asks for an xclbin)" in shown
+    assert "    xclbin image (npu1 runs xclbins: Phoenix loads xclbins" in shown
+    assert "      step 0 (AddK).k = pos + 2: patched through the parameter scratchpad" in shown
+    assert "      step 0 (AddK).k = pos + 2: a dispatch-time scalar: a runtime-parameter" in shown

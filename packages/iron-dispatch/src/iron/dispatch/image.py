@@ -75,6 +75,14 @@ class Image:
         """``3 of 5 steps ran designs; 2 fell back to host models (RMSNorm x2)``."""
         return design_summary([self])
 
+    def design_of(self, op: Operator) -> Design | None:
+        """The design `op`'s steps run in this image's programs (None: a host step)."""
+        for program in self.programs:
+            for step in program.steps:
+                if self.steps[step.index].op == op:
+                    return self.designs.get(step.digest) if step.device else None
+        return None
+
 
 def design_summary(images) -> str:
     """How many steps of `images` run designs on the device and which

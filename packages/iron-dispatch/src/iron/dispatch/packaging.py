@@ -96,20 +96,7 @@ def plan(device: Device, runlist, boundaries=None, image=None, dispatch="auto") 
         raise ValueError(f"{name}: boundaries={boundaries!r}: None or 'each_step'")
     if dispatch not in DISPATCHES:
         raise ValueError(f"{name}: dispatch={dispatch!r}: one of {', '.join(DISPATCHES)}")
-    reasons = []
-    for index, step in enumerate(runlist.steps):
-        members = [m for m in dispatch_time_members(step.op) if m in step.bindings]
-        if members:
-            reasons.append(
-                f"{DISPATCH_TIME}: step {index} ({type(step.op).__name__}) binds "
-                f"{', '.join(members)} per call, so its stream is generated per call"
-            )
-            break
-    if device.name == "npu1":
-        reasons.append(f"{NPU1}: Phoenix loads xclbins, its fused full ELF is refused")
-    if boundaries == "each_step" or dispatch in ("separate", "compare"):
-        asked = f"dispatch={dispatch!r}" if dispatch != "auto" else "boundaries='each_step'"
-        reasons.append(f"{BOUNDARIES_ASKED}: {asked}")
+    reasons = rules(device, runlist, boundaries, dispatch)
     if image == "elf" and reasons:
         raise PackagingError(f"{name}: image='elf' is refused: {reasons[0]}")
     if dispatch == "fused" and (reasons or image == "xclbin"):
@@ -123,6 +110,36 @@ def plan(device: Device, runlist, boundaries=None, image=None, dispatch="auto") 
     if not reasons:
         return Plan("elf", "fused", ())
     return Plan("xclbin", dispatch if dispatch == "compare" else "separate", tuple(reasons))
+
+
+def rules(device: Device, runlist, boundaries=None, dispatch="auto") -> list[str]:
+    """Each rule that makes `runlist`'s image on `device` an xclbin, said in full."""
+    reasons = []
+    for index, step in enumerate(runlist.steps):
+        members = [m for m in dispatch_time_members(step.op) if m in step.bindings]
+        if members:
+            reasons.append(
+                f"{DISPATCH_TIME}: step {index} ({type(step.op).__name__}) binds "
+                f"{', '.join(members)} per call, so its stream is generated per call"
+            )
+            break
+    if device is not None and device.name == "npu1":
+        reasons.append(f"{NPU1}: Phoenix loads xclbins, its fused full ELF is refused")
+    if boundaries == "each_step" or dispatch in ("separate", "compare"):
+        asked = f"dispatch={dispatch!r}" if dispatch != "auto" else "boundaries='each_step'"
+        reasons.append(f"{BOUNDARIES_ASKED}: {asked}")
+    return reasons
+
+
+def record(runlist, dispatch: str, design_of) -> dict:
+    """What a compiled image's cache entry says of its packaging (`iron
+    cache info` shows it): the image, the rules behind it, each value's
+    lowering."""
+    image = "elf" if dispatch == "fused" else "xclbin"
+    packaged = Plan(image, dispatch, tuple(rules(runlist.device, runlist, dispatch=dispatch)))
+    lowered = lowering(packaged, runlist, design_of)
+    return {"image": image, "dispatch": dispatch, "reasons": list(packaged.reasons),
+            "lowering": [str(line) for line in lowered]}  # fmt: skip
 
 
 def param_uses(design: Design) -> dict[str, frozenset[str]]:

@@ -26,6 +26,7 @@ from iron.dispatch.identity import digest, key_text
 from iron.dispatch.image import Image, build
 from iron.dispatch.layout import Layout
 from iron.dispatch.memory import DeviceBuffer
+from iron.dispatch.packaging import record as packaging_record
 from iron.dispatch.pipeline import loadable, read_programs, write_artifacts
 from iron.dispatch.runlist import Runlist
 
@@ -187,7 +188,10 @@ class CompilingBackend:
 
         def write(staging: Path) -> dict:
             found["image"] = built = self.build(runlist, layout, mode, flags, trace_size)
-            return write_artifacts(built, staging, toolchain=toolchain, cache=cache)
+            fields = write_artifacts(built, staging, toolchain=toolchain, cache=cache)
+            if self.device_programs:
+                fields["packaging"] = packaging_record(runlist, mode, built.design_of)
+            return fields
 
         entry, hit = cache.get_or_build(
             key, write, accept=accept, backend=self.name, mode=mode, name=runlist.name
