@@ -87,6 +87,8 @@ class XrtExecutable:
         """Each program's full ELF in a hardware context, one run of its
         kernel ``main:sequence`` each."""
         xrt, image = self.xrt, self.image
+        if image.mode != "fused":
+            raise ValueError(f"{image.name}: a {image.mode} image is an xclbin (XclbinExecutable)")
         self.runs = []
         for elf in image.elves:
             context = xrt.hw_context(self.xrt_device, xrt.elf(elf))
@@ -222,8 +224,8 @@ class XclbinExecutable(XrtExecutable):
 
     def _open(self) -> None:
         xrt, image = self.xrt, self.image
-        if not image.xclbin:
-            raise ValueError(f"{image.name}: an xclbin image was compiled without its xclbin")
+        if image.mode == "fused" or not image.xclbin:
+            raise ValueError(f"{image.name}: a {image.mode} image has no xclbin to load")
         xclbin = xrt.xclbin(image.xclbin)
         xrt.register_xclbin(self.xrt_device, xclbin)
         context = xrt.hw_context(self.xrt_device, xclbin.get_uuid())
