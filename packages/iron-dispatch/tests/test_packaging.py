@@ -12,7 +12,7 @@ from dispatch_fakes import AddK, AddOne, Twice
 
 from iron.core import Device, bf16
 from iron.core.capture import Graph
-from iron.design.aiecc import XCLBIN_NAME_LIMIT, instructions_command, xclbin_command
+from iron.design.aiecc import XCLBIN_NAME_LIMIT
 from iron.dispatch import Runlist, Session, graph
 from iron.dispatch.packaging import PackagingError, param_uses, plan
 from iron.dispatch.pipeline import SIM_XCLBIN, xclbin_record
@@ -141,35 +141,7 @@ def test_param_uses_tell_an_offset_from_a_core_read():
     assert uses == {"in_offset": frozenset({"offset"}), "out_offset": frozenset({"offset"})}
 
 
-# ---- aiecc command lines -------------------------------------------------------------
-
-
-def test_the_xclbin_chain_link_is_aiecc_with_its_kernel_flags(tmp_path):
-    first = xclbin_command("a.mlir", workdir=tmp_path, xclbin_name="chain.xclbin",
-                           kernel_name="AddK_12345678", instance_name="abcdef_op0",
-                           kernel_id=0x901, aiecc="aiecc", peano="/p")  # fmt: skip
-    assert first == [
-        "aiecc", "a.mlir", "--get-xclbin", "--xclbin-name=chain.xclbin",
-        "--xclbin-kernel-name=AddK_12345678", "--xclbin-instance-name=abcdef_op0",
-        "--xclbin-kernel-id=0x901", "--dynamic-objFifos", "--peano=/p",
-        f"--tmpdir={tmp_path}", f"--output-dir={tmp_path}",
-    ]  # fmt: skip
-    second = xclbin_command("b.mlir", workdir=tmp_path, xclbin_name="chain.xclbin",
-                            kernel_name="AddOne_1", instance_name="abcdef_op1", kernel_id=0x902,
-                            xclbin_input="prev.xclbin")  # fmt: skip
-    assert "--xclbin-input=prev.xclbin" in second and "--xclbin-kernel-id=0x902" in second
-    assert not any(a.startswith("--peano") for a in second)
-    with pytest.raises(ValueError, match=r"instance name .* 1 to 63 characters"):
-        xclbin_command("a.mlir", workdir=tmp_path, xclbin_name="x", kernel_name="k",
-                       instance_name="i" * XCLBIN_NAME_LIMIT, kernel_id=0x901)  # fmt: skip
-
-
-def test_an_instructions_only_compile_needs_no_peano_and_no_xclbin(tmp_path):
-    command = instructions_command("s.mlir", workdir=tmp_path, insts_name="stream.bin")
-    assert command == [
-        "aiecc", "s.mlir", "--get-npu-insts", "--npu-insts-name=stream.bin",
-        "--dynamic-objFifos", f"--tmpdir={tmp_path}", f"--output-dir={tmp_path}",
-    ]  # fmt: skip
+# ---- xclbin images ------------------------------------------------------------------
 
 
 def test_an_xclbin_image_has_one_kernel_per_distinct_design_with_short_instance_names():
