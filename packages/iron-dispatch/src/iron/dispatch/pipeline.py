@@ -162,6 +162,7 @@ def write_artifacts(
     objects = recipes(image, toolchain)
     (staging / "recipes.json").write_text(json.dumps(objects, indent=1, sort_keys=True))
     emitted, xclbin = 0, image.mode != "fused" and bool(image.programs)
+    modules: dict[tuple, str] = {}  # an xclbin's stream modules, by design and constants
     for i, program in enumerate(image.programs):
         (staging / f"program{i}.json").write_text(program.to_json())
         if any(s.device is None for s in program.steps):
@@ -171,8 +172,10 @@ def write_artifacts(
             emitted += 1
         elif (constants := static_constants(program)) is not None:
             step = program.steps[0]
-            mlir = xclbin_mlir(image.designs[step.digest], step.device, constants)
-            (staging / f"program{i}.mlir").write_text(mlir)
+            key = (step.digest, tuple(sorted(constants.items())))  # 16 layers: one module each
+            if key not in modules:
+                modules[key] = xclbin_mlir(image.designs[step.digest], step.device, constants)
+            (staging / f"program{i}.mlir").write_text(modules[key])
             emitted += 1
     if xclbin:
         (staging / SIM_XCLBIN).write_text(json.dumps(xclbin_record(image), indent=1))
