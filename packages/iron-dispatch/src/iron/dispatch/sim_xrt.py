@@ -24,8 +24,17 @@
   runs its operator's host model on the same bytes. A traced program gets
   one `TRACE_RECORD` per step in its trace buffer.
 
+- An xclbin (`xclbin(path)`: its kernels as JSON) is registered on the
+  device and a context made from its uuid; each kernel is called as pyxrt
+  calls one, with opcode 3, an instruction buffer and its length in words.
+  The stream (`stream`: the step's program with the call's values folded
+  in, under a header naming the xclbin and kernel it was made for) is read
+  from the device side of that buffer, so one never synced is refused, as
+  is one made for another xclbin or kernel.
+
 What is not simulated: timing (the trace's ticks count DDR words moved,
-not cycles), PDI loads and reconfiguration, and the instruction stream.
+not cycles), PDI loads and reconfiguration, and the instructions of a
+stream (the simulated one names the step and its values).
 """
 
 from __future__ import annotations
