@@ -136,7 +136,9 @@ def record(runlist, dispatch: str, design_of) -> dict:
     cache info` shows it): the image, the rules behind it, each value's
     lowering."""
     image = "elf" if dispatch == "fused" else "xclbin"
-    packaged = Plan(image, dispatch, tuple(rules(runlist.device, runlist, dispatch=dispatch)))
+    # a full ELF compiled through a backend directly says no rule (none made it one)
+    reasons = rules(runlist.device, runlist, dispatch=dispatch) if image == "xclbin" else []
+    packaged = Plan(image, dispatch, tuple(reasons))
     lowered = lowering(packaged, runlist, design_of)
     return {"image": image, "dispatch": dispatch, "reasons": list(packaged.reasons),
             "lowering": [str(line) for line in lowered]}  # fmt: skip
