@@ -24,9 +24,11 @@ SIZE = 1024
 
 @attrs.frozen
 class AddN(AddK):
-    """AddK whose k is a dispatch-time value (it would shape the stream)."""
+    """AddK as a runtime-shaped operator: its sequence is built per k, so k
+    is a dispatch-time value."""
 
-    dispatch_time = ("k",)
+    def sequence(self, *, k):
+        return self.design(self.size, self.tile, self.device)
 
 
 def runlist(op=AddK, bind=True):

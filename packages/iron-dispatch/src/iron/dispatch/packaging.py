@@ -46,9 +46,13 @@ class PackagingError(ValueError):
 def dispatch_time_members(op: Operator) -> tuple[str, ...]:
     """The per-call members of `op` fixed at dispatch time: they shape the
     step's runtime sequence, so only a stream generated per call can carry
-    them. Until operators declare these values themselves, an operator
-    class names them in its ``dispatch_time`` attribute."""
-    return tuple(getattr(type(op), "dispatch_time", ()))
+    them. A runtime-shaped operator declares itself so: it builds its
+    sequence per values (``sequence(**values)``) or derives its design's
+    parameter words from them (``runtime_params``); all its per-call
+    members are then dispatch-time values."""
+    cls = type(op)
+    shaped = any(callable(getattr(cls, name, None)) for name in ("sequence", "runtime_params"))
+    return tuple(op.per_call_members()) if shaped else ()
 
 
 @attrs.frozen
