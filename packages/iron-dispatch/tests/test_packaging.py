@@ -287,3 +287,15 @@ def test_cache_info_shows_each_entrys_packaging(capsys):
     assert "    xclbin image (npu1 runs xclbins: Phoenix loads xclbins" in shown
     assert "      step 0 (AddK).k = pos + 2: patched through the parameter scratchpad" in shown
     assert "      step 0 (AddK).k = pos + 2: a dispatch-time scalar: a runtime-parameter" in shown
+
+
+def test_an_xclbin_keeps_its_most_recent_streams(monkeypatch):
+    from iron.dispatch.runtime import XclbinExecutable
+
+    monkeypatch.setattr(XclbinExecutable, "KEPT", 3)
+    f, version = loaded()
+    x = np.arange(SIZE, dtype=np.int32)
+    for pos in (1, 2, 3, 4, 2):
+        assert np.array_equal(f(x, pos=pos), x + pos + 1)
+    kept = list(version.executable._made)
+    assert kept == [(0, (("k", 3),)), (0, (("k", 4),)), (0, (("k", 2),))]

@@ -15,6 +15,7 @@ operator's reference on the bytes the device had before the step.
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -218,6 +219,10 @@ class XclbinExecutable(XrtExecutable):
     any has one stream for every call. Each step's stream goes into an
     instruction buffer, rewritten and synced when its values change."""
 
+    #: streams kept in memory per executable (a stream made again costs a
+    #: compile on npu, cached on disk, or a few microseconds on sim)
+    KEPT = 256
+
     def __init__(self, image, buffers, xrt, *, streams, poison=False, device=None) -> None:
         self.streams = streams
         super().__init__(image, buffers, xrt, poison=poison, device=device)
@@ -230,7 +235,8 @@ class XclbinExecutable(XrtExecutable):
         xrt.register_xclbin(self.xrt_device, xclbin)
         context = xrt.hw_context(self.xrt_device, xclbin.get_uuid())
         self.runs = [xrt.xclbin_kernel(context, program_kernel(p)) for p in image.programs]
-        self._made: dict[tuple, np.ndarray] = {}  # (step, constants) -> its stream
+        # (step, constants) -> its stream, the most recently used last
+        self._made: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
         self._loaded: list = [None] * len(self.runs)  # per step: (constants, instruction bo)
         self._args: list = []
 
@@ -251,6 +257,9 @@ class XclbinExecutable(XrtExecutable):
         key = (index, constants)
         if key not in self._made:
             self._made[key] = np.ascontiguousarray(self.streams(index, dict(constants)), np.uint32)
+            if len(self._made) > self.KEPT:  # a decode's offsets: one stream per position
+                self._made.popitem(last=False)
+        self._made.move_to_end(key)
         stream = self._made[key]
         bo = self.xrt.instruction_bo(self.xrt_device, stream.nbytes, self.runs[index])
         np.frombuffer(bo.map(), np.uint8)[: stream.nbytes] = stream.view(np.uint8)
