@@ -154,6 +154,14 @@ def test_a_per_call_value_a_core_reads_cannot_go_into_an_xclbin_yet(tools):
     assert [c for c in calls(log, "aiecc") if "--get-xclbin" in c] == []
 
 
+def test_one_xclbin_kernel_with_two_core_constants_is_refused(tools):
+    toolchain, log = tools(XCLBIN_BODY)
+    seq = sequence(AddK(SIZE, k=1), AddK(SIZE, k=5))  # one design, k read by its core
+    with pytest.raises(ValueError, match=r"AddK_\w+ is linked with constants \{'k': 1\}"):
+        ToolchainSim(toolchain).compile(seq.runlist, seq.layout, mode="separate")
+    assert [c for c in calls(log, "aiecc") if "--get-xclbin" in c] == []
+
+
 def test_kernel_objects_are_shared_between_graphs_by_recipe(tools):
     toolchain, log = tools()
     backend = ToolchainSim(toolchain)

@@ -265,9 +265,17 @@ def _xclbin_chain(staging: Path, image: Image, objects: dict[str, Path], toolcha
     """One aiecc link per distinct design, each adding its kernel to the
     previous xclbin; then each static stream, instructions only."""
     record = xclbin_record(image)
-    first = {}
+    first, linked = {}, {}
     for program in image.programs:
-        first.setdefault(program_kernel(program), program)
+        name = program_kernel(program)
+        first.setdefault(name, program)
+        design = image.designs[program.steps[0].digest]
+        constants = link_constants(design, program)
+        if linked.setdefault(name, constants) != constants:
+            raise FusionError(
+                f"{program.name}: {name} is linked with constants {linked[name]} at an earlier "
+                f"step and {constants} here; one xclbin kernel holds one core program"
+            )
     previous = None
     for kernel in record["kernels"]:
         program = first[kernel["name"]]
