@@ -15,13 +15,16 @@ import iron.design
 from iron.core import Device
 from iron.design.aiecc import (
     ELF_KERNEL,
+    XCLBIN_NAME_LIMIT,
     Toolchain,
     ToolchainError,
     aiecc_command,
     build,
     find_toolchain,
+    instructions_command,
     kernel_source,
     peano_commands,
+    xclbin_command,
 )
 from iron.design.examples import add_one, add_one_kernel, split_join
 from iron.design.mlir import kernel_objects, to_mlir
@@ -386,3 +389,34 @@ def test_build_combines_the_parts_before_aiecc_links_the_object(stand_ins, npu1,
     tools = attrs.evolve(stand_ins, mlir_aie=install)
     elf = build(design, tmp_path / "out", toolchain=tools)
     assert elf.read_bytes() == b"\x7fELF"  # aiecc found add_one_i32.o where it looks
+
+
+# ---- the xclbin chain and instructions-only compiles --------------------------------
+
+
+def test_the_xclbin_chain_link_is_aiecc_with_its_kernel_flags(tmp_path):
+    first = xclbin_command("a.mlir", workdir=tmp_path, xclbin_name="chain.xclbin",
+                           kernel_name="AddK_12345678", instance_name="abcdef_op0",
+                           kernel_id=0x901, aiecc="aiecc", peano="/p")  # fmt: skip
+    assert first == [
+        "aiecc", "a.mlir", "--get-xclbin", "--xclbin-name=chain.xclbin",
+        "--xclbin-kernel-name=AddK_12345678", "--xclbin-instance-name=abcdef_op0",
+        "--xclbin-kernel-id=0x901", "--dynamic-objFifos", "--peano=/p",
+        f"--tmpdir={tmp_path}", f"--output-dir={tmp_path}",
+    ]  # fmt: skip
+    second = xclbin_command("b.mlir", workdir=tmp_path, xclbin_name="chain.xclbin",
+                            kernel_name="AddOne_1", instance_name="abcdef_op1", kernel_id=0x902,
+                            xclbin_input="prev.xclbin")  # fmt: skip
+    assert "--xclbin-input=prev.xclbin" in second and "--xclbin-kernel-id=0x902" in second
+    assert not any(a.startswith("--peano") for a in second)
+    with pytest.raises(ValueError, match=r"instance name .* 1 to 63 characters"):
+        xclbin_command("a.mlir", workdir=tmp_path, xclbin_name="x", kernel_name="k",
+                       instance_name="i" * XCLBIN_NAME_LIMIT, kernel_id=0x901)  # fmt: skip
+
+
+def test_an_instructions_only_compile_needs_no_peano_and_no_xclbin(tmp_path):
+    command = instructions_command("s.mlir", workdir=tmp_path, insts_name="stream.bin")
+    assert command == [
+        "aiecc", "s.mlir", "--get-npu-insts", "--npu-insts-name=stream.bin",
+        "--dynamic-objFifos", f"--tmpdir={tmp_path}", f"--output-dir={tmp_path}",
+    ]  # fmt: skip

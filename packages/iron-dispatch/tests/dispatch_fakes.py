@@ -296,7 +296,7 @@ class OffByOne(AddOne):
 N, ROWS = 256, 16
 
 
-def make_model(w, backend="reference", mode="fused", poison=True, **kw):
+def make_model(w, backend="reference", mode="auto", poison=True, **kw):
     """Each input row times w is written into a state cache at rows pos..;
     the output sums the cache's first pos + rows rows."""
 

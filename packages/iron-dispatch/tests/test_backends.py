@@ -40,10 +40,12 @@ CALLS = [(4, 0, 21), (1, 4, 22), (1, 5, 23), (3, 6, 24)]  # rows, pos, seed: pre
 
 @pytest.mark.parametrize("ahead", [True, False], ids=["aot", "jit"])
 @pytest.mark.parametrize(
-    ("backend", "mode"), [("reference", "fused"), ("sim", "fused"), ("sim", "separate")]
-)
-def test_every_backend_and_mode_gives_the_same_bits(weight, backend, mode, ahead):
-    model = make_model(weight, backend=backend, mode=mode)
+    ("backend", "mode", "device"),
+    [("reference", "fused", "npu2"), ("sim", "fused", "npu2"), ("sim", "separate", "npu2"),
+     ("sim", "auto", "npu1"), ("sim", "compare", "npu1")],
+)  # fmt: skip
+def test_every_backend_and_mode_gives_the_same_bits(weight, backend, mode, device, ahead):
+    model = make_model(weight, backend=backend, mode=mode, device=device)
     if ahead:
         for n in sorted({n for n, _, _ in CALLS}):
             model.compile(((n, N), bf16))
@@ -53,14 +55,15 @@ def test_every_backend_and_mode_gives_the_same_bits(weight, backend, mode, ahead
     assert [g.tobytes() for g in got] == [w.tobytes() for w in expected_outputs(weight, calls)]
 
 
-def test_a_weight_that_is_never_flushed_is_stale_on_the_device(weight, monkeypatch):
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_a_weight_that_is_never_flushed_is_stale_on_the_device(weight, monkeypatch, device):
     """IRON shipped this bug (swiglu_decode read stale weights on its first
     call): host writes reach the device only through a sync. Skipping the
     flush must give wrong numbers, or the real flush would go untested."""
     x = rows(1, 1)
     right = expected_outputs(weight, [(x, 0)])[0]
     monkeypatch.setattr(Arena, "flush", lambda self, name: None)
-    stale = make_model(weight, backend="sim")
+    stale = make_model(weight, backend="sim", device=device)
     assert stale(x, pos=0).tobytes() != right.tobytes()
     # the run went through the XRT seam: the arena is a simulated buffer object
     (version,) = stale.versions.values()
@@ -71,7 +74,7 @@ def test_a_weight_that_is_never_flushed_is_stale_on_the_device(weight, monkeypat
     )  # host and device share bytes: nothing to flush
     assert unified(x, pos=0).tobytes() == right.tobytes()
     monkeypatch.undo()
-    assert make_model(weight, backend="sim")(x, pos=0).tobytes() == right.tobytes()
+    assert make_model(weight, backend="sim", device=device)(x, pos=0).tobytes() == right.tobytes()
 
 
 def test_state_reads_follow_the_device(weight):
@@ -91,8 +94,9 @@ def test_state_reads_follow_the_device(weight):
     )
 
 
-def test_compare_mode_flags_the_step_whose_reference_is_wrong():
-    @graph(backend="sim", mode="compare")
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_compare_mode_flags_the_step_whose_reference_is_wrong(device):
+    @graph(backend="sim", mode="compare", device=device)
     def chain(g, x):
         a = g(Scale(N, 0.5), x)
         b = g(Sloppy(N, 2.0), a)  # its device model and its reference disagree
@@ -109,8 +113,9 @@ def test_compare_mode_flags_the_step_whose_reference_is_wrong():
     assert reports[1].max_abs >= 0.9 and "elements outside" in reports[1].detail
 
 
-def test_compare_mode_judges_with_the_inputs_and_values_the_device_had():
-    @graph(backend="sim", mode="compare")
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_compare_mode_judges_with_the_inputs_and_values_the_device_had(device):
+    @graph(backend="sim", mode="compare", device=device)
     def scaled(g, x, *, n):
         return g(Blurry(N), g(Scale(N, 4.0), x), valid=n + 1)
 

@@ -201,7 +201,8 @@ def test_a_failed_upload_counts_no_weight_it_did_not_finish(threads):
 @pytest.mark.parametrize(
     "kwargs, error, rule",
     [
-        ({"mode": "fast"}, ValueError, "mode='fast': one of fused, separate, compare"),
+        ({"mode": "fast"}, ValueError, "mode='fast': one of auto, fused, separate, compare"),
+        ({"image": "pdi"}, ValueError, "image='pdi': None, 'elf' or 'xclbin'"),
         ({"device": 2}, TypeError, "device must be a Device or a device name, got int"),
         ({"device": "npu9"}, ValueError, "npu9"),
         ({"flags": "trace"}, TypeError, "flags must be a sequence of strings"),

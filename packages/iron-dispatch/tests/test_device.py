@@ -20,10 +20,14 @@ from iron.dispatch.sim_xrt import TRACE_RECORD, SimulatedXrt, read_trace
 SIZE = 1024
 
 
-def chain(backend, mode="fused", **kw):
+#: every behaviour runs on both devices' packaging plans: npu1's xclbin, npu2's full ELF
+DEVICES = pytest.mark.parametrize("device", ["npu1", "npu2"])
+
+
+def chain(backend, mode="auto", device="npu2", **kw):
     """Designs and a host step mixed; one per-call value."""
 
-    @graph(backend=backend, mode=mode, device="npu1", **kw)
+    @graph(backend=backend, mode=mode, device=device, **kw)
     def mixed(g, x, *, pos):
         h = g(AddOne(SIZE), x)
         h = g(AddK(SIZE), h, k=pos * 3 + 1)
@@ -33,8 +37,8 @@ def chain(backend, mode="fused", **kw):
     return mixed
 
 
-def layers(count, backend="sim", mode="fused"):
-    @graph(backend=backend, mode=mode, device="npu1")
+def layers(count, backend="sim", mode="auto", device="npu2"):
+    @graph(backend=backend, mode=mode, device=device)
     def stack(g, x, *, pos):
         for _ in range(count):
             x = g(AddK(SIZE), x, k=pos)
@@ -47,18 +51,26 @@ def inputs():
     return np.arange(SIZE, dtype=np.int32) * 7 - 300
 
 
-@pytest.mark.parametrize("mode", ["fused", "separate"])
-def test_fused_and_separate_on_the_simulated_device_give_the_reference_bits(mode):
+@pytest.mark.parametrize(
+    "mode, device, image",
+    [("auto", "npu1", "xclbin"), ("auto", "npu2", "elf"), ("fused", "npu2", "elf"),
+     ("separate", "npu2", "xclbin"), ("separate", "npu1", "xclbin")],
+)  # fmt: skip
+def test_fused_and_separate_on_the_simulated_device_give_the_reference_bits(mode, device, image):
     x = inputs()
     want = chain("reference")(x, pos=5)
     assert np.array_equal(want, ((x + 1 + 16) * 2) + 1)
-    got = chain("sim", mode)(x, pos=5)
+    sim = chain("sim", mode, device)
+    got = sim(x, pos=5)
     assert got.dtype == np.int32 and got.tobytes() == want.tobytes()
-    assert chain("sim", mode)(x, pos=-2).tobytes() == chain("reference")(x, pos=-2).tobytes()
+    assert sim(x, pos=-2).tobytes() == chain("reference")(x, pos=-2).tobytes()
+    (version,) = sim.versions.values()
+    assert version.plan.image == image and bool(version.image.xclbin) == (image == "xclbin")
 
 
-def test_the_summary_says_how_many_steps_ran_designs():
-    mixed = chain("sim")
+@DEVICES
+def test_the_summary_says_how_many_steps_ran_designs(device):
+    mixed = chain("sim", device=device)
     mixed(inputs(), pos=0)
     (version,) = mixed.versions.values()
     assert version.image.design_summary() == (
@@ -93,8 +105,8 @@ def test_a_design_repeated_at_16_steps_is_one_device_block():
     (version,) = stack.versions.values()
     (program,) = version.image.programs
     text = program_mlir(program, version.image.designs)
-    assert len(re.findall(r"^\s*aie\.device\(npu1\) @", text, re.M)) == 2  # AddK's and main
-    assert re.search(r"aie\.device\(npu1\) @AddK_[0-9a-f]{8} \{", text)
+    assert len(re.findall(r"^\s*aie\.device\(npu2\) @", text, re.M)) == 2  # AddK's and main
+    assert re.search(r"aie\.device\(npu2\) @AddK_[0-9a-f]{8} \{", text)
     # consecutive steps on one device share a configure point; a second evens the count
     assert text.count("aiex.configure @AddK_") == 2
     assert text.count("aiex.run @sequence(") == 16
@@ -106,7 +118,7 @@ def test_a_design_repeated_at_16_steps_is_one_device_block():
 
 
 def test_configure_points_alternate_with_the_device_and_are_even():
-    @graph(backend="sim", device="npu1")
+    @graph(backend="sim", device="npu2")
     def alternating(g, x, *, pos):
         for _ in range(3):
             x = g(AddK(SIZE), g(AddOne(SIZE), x), k=pos)
@@ -119,7 +131,7 @@ def test_configure_points_alternate_with_the_device_and_are_even():
     assert points == ["AddOne", "AddK"] * 3
     assert text.count("aiex.run @sequence(") == 6
 
-    @graph(backend="sim", device="npu1")
+    @graph(backend="sim", device="npu2")
     def odd(g, x):
         return g(AddOne(SIZE), g(AddOne(SIZE), x))
 
@@ -155,7 +167,7 @@ def test_separate_mode_is_one_program_per_step():
 
 
 def test_one_device_block_bound_to_two_different_words_is_refused():
-    @graph(backend="sim", device="npu1")
+    @graph(backend="sim", device="npu2")
     def two(g, x, *, pos):
         return g(AddK(SIZE), g(AddK(SIZE), x, k=pos), k=pos + 1)
 
@@ -173,7 +185,7 @@ def test_a_design_that_does_not_fit_its_operator_is_refused():
 
             return examples.add_one(device, n=size // 2, tile=tile)
 
-    @graph(backend="sim", device="npu1")
+    @graph(backend="sim", device="npu2")
     def bad(g, x):
         return g(Halved(SIZE), x)
 
@@ -222,11 +234,12 @@ def test_trace_size_is_part_of_the_cache_key():
         chain("sim", trace_size=6).compile(((SIZE,), np.int32))
 
 
-def test_a_design_reading_an_unflushed_weight_reads_stale_device_bytes(monkeypatch):
+@DEVICES
+def test_a_design_reading_an_unflushed_weight_reads_stale_device_bytes(monkeypatch, device):
     w = np.arange(SIZE, dtype=np.int32)
 
     def weighted():
-        @graph(backend="sim", device="npu1")
+        @graph(backend="sim", device=device)
         def add(g, x):
             return g(Add32(SIZE), x, g(AddOne(SIZE), g.weight("w", w)))  # the design reads w
 
@@ -266,7 +279,7 @@ def test_the_simulated_device_reads_programs_and_nothing_else(tmp_path):
 
 
 def test_a_design_parameter_bound_to_a_constant_is_that_constant():
-    @graph(backend="sim", device="npu1")
+    @graph(backend="sim", device="npu2")
     def fixed(g, x, *, pos):
         return g(AddK(SIZE), x, k=pos * 0 + 7)
 

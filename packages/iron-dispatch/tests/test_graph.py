@@ -10,6 +10,16 @@ from iron.core import bf16
 from iron.dispatch import arena_layout, graph
 
 
+@pytest.fixture(
+    params=[("reference", "npu2"), ("sim", "npu1"), ("sim", "npu2")],
+    ids=["reference", "sim-npu1-xclbin", "sim-npu2-elf"],
+)
+def target(request):
+    """Every graph test runs on the host and on both devices' packaging plans."""
+    backend, device = request.param
+    return {"backend": backend, "device": device}
+
+
 @pytest.fixture
 def weight():
     return np.random.default_rng(1).standard_normal(N).astype(bf16)
@@ -19,8 +29,8 @@ def rows(n, seed):
     return np.random.default_rng(seed).standard_normal((n, N)).astype(bf16)
 
 
-def test_two_shapes_two_versions_one_arena(weight):
-    model = make_model(weight)
+def test_two_shapes_two_versions_one_arena(weight, target):
+    model = make_model(weight, **target)
     prefill, decode = rows(4, 2), rows(1, 3)
     model.compile(x=((4, N), bf16))
     model.compile(x=((1, N), bf16))
@@ -41,8 +51,8 @@ def test_two_shapes_two_versions_one_arena(weight):
     assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
 
 
-def test_a_later_version_grows_the_arena_and_earlier_ones_keep_working(weight):
-    model = make_model(weight)
+def test_a_later_version_grows_the_arena_and_earlier_ones_keep_working(weight, target):
+    model = make_model(weight, **target)
     decode, prefill = rows(1, 4), rows(4, 5)
     calls = [(decode, 0), (decode, 1)]
     outs = [model(decode, pos=0), model(decode, pos=1)]
@@ -56,17 +66,17 @@ def test_a_later_version_grows_the_arena_and_earlier_ones_keep_working(weight):
     assert [o.tobytes() for o in outs] == [w.tobytes() for w in expected_outputs(weight, calls)]
 
 
-def test_aot_and_jit_agree(weight):
+def test_aot_and_jit_agree(weight, target):
     x = rows(4, 6)
-    aot = make_model(weight)
+    aot = make_model(weight, **target)
     aot.compile(((4, N), bf16))
     aot.load()
-    jit = make_model(weight)
+    jit = make_model(weight, **target)
     assert aot(x, pos=3).tobytes() == jit(x, pos=3).tobytes()
 
 
-def test_one_version_serves_every_position(weight):
-    model = make_model(weight)
+def test_one_version_serves_every_position(weight, target):
+    model = make_model(weight, **target)
     x = rows(1, 7)
     outs = [model(x, pos=p) for p in range(ROWS)]
     assert len(model.versions) == 1
@@ -74,8 +84,8 @@ def test_one_version_serves_every_position(weight):
     assert [o.tobytes() for o in outs] == [w.tobytes() for w in want]
 
 
-def test_states_are_readable_writable_and_reset(weight):
-    model = make_model(weight)
+def test_states_are_readable_writable_and_reset(weight, target):
+    model = make_model(weight, **target)
     x = rows(2, 8)
     model(x, pos=5)
     cache = model.read_state("cache")
@@ -89,9 +99,9 @@ def test_states_are_readable_writable_and_reset(weight):
         model.read_state("nope")
 
 
-def test_load_uploads_in_pieces_and_releases_each_once():
+def test_load_uploads_in_pieces_and_releases_each_once(target):
     w = np.random.default_rng(2).standard_normal(N).astype(bf16)  # 512 B
-    model = make_model(w)
+    model = make_model(w, **target)
     model.compile(((1, N), bf16))
     released = []
     assert model.load(release=released.append, piece_bytes=96) == w.nbytes
@@ -101,9 +111,9 @@ def test_load_uploads_in_pieces_and_releases_each_once():
     assert len(released) == 6
 
 
-def test_load_fills_each_piece_with_the_copy_it_is_given():
+def test_load_fills_each_piece_with_the_copy_it_is_given(target):
     w = np.random.default_rng(3).standard_normal(N).astype(bf16)
-    model = make_model(w)
+    model = make_model(w, **target)
     model.compile(((1, N), bf16))
     calls = []
 
@@ -181,8 +191,8 @@ def test_loading_a_large_weight_never_holds_more_than_one_piece(tmp_path):
 # ---- errors ----
 
 
-def test_calling_errors(weight):
-    model = make_model(weight)
+def test_calling_errors(weight, target):
+    model = make_model(weight, **target)
     with pytest.raises(TypeError, match="model takes 1 input\\(s\\) \\(x\\), got 2"):
         model(rows(1, 0), rows(1, 0), pos=0)
     with pytest.raises(TypeError, match="per-call values missing \\['pos'\\]"):

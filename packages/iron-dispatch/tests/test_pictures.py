@@ -71,8 +71,8 @@ class AddOneToEveryElementOfIt(AddOne):
     """AddOne under a name longer than a trace record's 20 bytes."""
 
 
-def traced(mode="fused", trace_size=8 * TRACE_RECORD.size):
-    @graph(backend="sim", mode=mode, device="npu1", trace_size=trace_size)
+def traced(mode="auto", trace_size=8 * TRACE_RECORD.size):
+    @graph(backend="sim", mode=mode, device="npu2", trace_size=trace_size)
     def chain(g, x, *, pos):
         h = g(AddOneToEveryElementOfIt(SIZE), x)
         h = g(AddK(SIZE), h, k=pos * 3 + 1)

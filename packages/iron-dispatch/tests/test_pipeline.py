@@ -37,6 +37,17 @@ for name in ('add_one_i32.o', 'add_k_i32.o'):
 if '--get-scratchpad-parameters' in args:
     (out / 'params.txt').write_text('1\\nw0 0 i32 core\\n')
 """
+# an aiecc that writes what an xclbin chain asks of it: the xclbin, extending
+# the given one (recorded in the file), or an instruction stream
+XCLBIN_BODY = """
+out = pathlib.Path([a for a in args if a.startswith('--output-dir=')][0].split('=', 1)[1])
+named = dict(a[2:].split('=', 1) for a in args if a.startswith('--') and '=' in a)
+if '--get-xclbin' in args:
+    before = pathlib.Path(named['xclbin-input']).read_text() if 'xclbin-input' in named else ''
+    (out / named['xclbin-name']).write_text(before + named['xclbin-kernel-name'] + '\\n')
+if '--get-npu-insts' in args:
+    (out / named['npu-insts-name']).write_bytes(b'\\0\\0\\0\\1')
+"""
 FAILING_BODY = (
     "sys.stderr.write(\"error: 'aie.device' op tile (0, 2) is out of locks\\n\"); sys.exit(3)"
 )
@@ -105,6 +116,52 @@ def test_aiecc_compiles_each_program_with_the_design_flags(tools):
     assert all(r["target"] == "aie2-none-unknown-elf" for r in recipes.values())
 
 
+def test_a_separate_image_is_an_xclbin_chain_and_static_instruction_streams(tools):
+    toolchain, log = tools(XCLBIN_BODY)
+    seq = sequence(AddOne(SIZE), AddK(SIZE), AddOne(SIZE))  # k unbound: the constant 0
+    image = ToolchainSim(toolchain).compile(seq.runlist, seq.layout, mode="separate")
+    links = [c for c in calls(log, "aiecc") if "--get-xclbin" in c]
+    assert len(links) == 2  # one link per distinct design, not per step
+    first, second = ({a.split("=")[0]: a for a in c} for c in links)
+    assert "--xclbin-input" not in first
+    assert second["--xclbin-input"].endswith(".chain0.xclbin")
+    assert first["--xclbin-kernel-id"] == "--xclbin-kernel-id=0x901"
+    assert second["--xclbin-kernel-id"] == "--xclbin-kernel-id=0x902"
+    assert first["--xclbin-kernel-name"].split("=")[1].startswith("AddOne_")
+    assert all(c.count(f"--peano={toolchain.peano}") == 1 for c in links)
+    entry = Path(image.xclbin).parent
+    # the last xclbin holds every kernel, each added to the one before
+    kernels = Path(image.xclbin).read_text().split()
+    assert [k.split("_")[0] for k in kernels] == ["AddOne", "AddK"]
+    assert sorted(p.name for p in entry.glob("*.xclbin")) == ["image.xclbin"]
+    streams = [c for c in calls(log, "aiecc") if "--get-npu-insts" in c]
+    assert len(streams) == 3  # each step's stream, its values constants: instructions only
+    assert all(not any(a.startswith("--peano") for a in c) for c in streams)
+    assert [Path(e).name for e in image.elves] == [f"program{i}.insts.bin" for i in range(3)]
+
+
+def test_a_per_call_value_a_core_reads_cannot_go_into_an_xclbin_yet(tools):
+    from iron.core.capture import Graph
+    from iron.dispatch import Runlist, plan_layout
+
+    toolchain, log = tools(XCLBIN_BODY)
+    g = Graph("bound")
+    y = g(AddK(SIZE), g.input("x", (SIZE,), "int32"), k=g.scalar("pos"))
+    runlist = Runlist.from_graph(g, inputs=["x"], outputs=[y.name], device=NPU1)
+    layout, _, _ = plan_layout(runlist)
+    with pytest.raises(ValueError, match="per-call value its core reads; on an xclbin"):
+        ToolchainSim(toolchain).compile(runlist, layout, mode="separate")
+    assert [c for c in calls(log, "aiecc") if "--get-xclbin" in c] == []
+
+
+def test_one_xclbin_kernel_with_two_core_constants_is_refused(tools):
+    toolchain, log = tools(XCLBIN_BODY)
+    seq = sequence(AddK(SIZE, k=1), AddK(SIZE, k=5))  # one design, k read by its core
+    with pytest.raises(ValueError, match=r"AddK_\w+ is linked with constants \{'k': 1\}"):
+        ToolchainSim(toolchain).compile(seq.runlist, seq.layout, mode="separate")
+    assert [c for c in calls(log, "aiecc") if "--get-xclbin" in c] == []
+
+
 def test_kernel_objects_are_shared_between_graphs_by_recipe(tools):
     toolchain, log = tools()
     backend = ToolchainSim(toolchain)
@@ -126,6 +183,14 @@ def test_a_failing_aiecc_shows_its_message_and_leaves_no_entry(tools, private_ca
     assert programs == []
     leftovers = [p for p in Path(private_cache).rglob("*") if p.name.startswith((".aiecc", "."))]
     assert [p for p in leftovers if p.is_dir()] == []
+
+
+@pytest.mark.toolchain
+def test_the_real_toolchain_builds_an_xclbin_chain(private_cache):
+    seq = sequence(AddOne(SIZE), AddK(SIZE), AddOne(SIZE))
+    image = ToolchainSim(find_toolchain()).compile(seq.runlist, seq.layout, mode="separate")
+    assert Path(image.xclbin).stat().st_size > 0
+    assert all(Path(stream).stat().st_size > 0 for stream in image.elves)
 
 
 @pytest.mark.toolchain

@@ -43,11 +43,13 @@ def hammer(call, inputs):
     return results
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu", "sim"])
-def test_concurrent_calls_each_get_their_own_answer(backend, switching_often):
+@pytest.mark.parametrize(
+    "backend, device", [("reference", "npu2"), ("cpu", "npu2"), ("sim", "npu2"), ("sim", "npu1")]
+)
+def test_concurrent_calls_each_get_their_own_answer(backend, device, switching_often):
     w = np.random.default_rng(1).standard_normal(N).astype(bf16)
 
-    @graph(backend=backend)
+    @graph(backend=backend, device=device)
     def f(g, x, *, shift):
         h = g(Mul(N), g(Scale(N, 2.0), x), g.weight("w", w))
         return g(Shift(N), h, offset=shift)

@@ -171,3 +171,20 @@ def test_sim_decode_benchmark_measures_the_ratio_and_where_a_token_goes(tmp_path
     assert int(matvec[2].strip().replace(",", "")) == 2304
     shares = [float(r[0].strip()[:-1]) for r in rows.values() if r[0].strip().endswith("%")]
     assert 95 < sum(shares) < 105
+
+
+def test_compile_cache_benchmark_quick_run_counts_nothing_built_on_a_hit():
+    script = Path(__file__).parents[1] / "benchmarks" / "compile_cache.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {
+        cells[0]: cells[1:]
+        for line in result.stdout.splitlines()
+        if line.startswith("| ") and (cells := [c.strip() for c in line.strip("|").split("|")])
+    }
+    for plan in ("full ELF", "xclbin"):
+        cold, hit = rows[f"{plan}, cold"], rows[f"{plan}, cache hit"]
+        assert int(cold[2]) > 0 and int(cold[3]) == 3  # designs built, one program set a version
+        assert hit[2:4] == ["0", "0"] and "(3 of 3 hit)" in hit[5]

@@ -140,6 +140,69 @@ def aiecc_command(
     return [*command, *extra]
 
 
+#: xclbinutil refuses an instance name of 64 characters or more (the
+#: original IRON keeps its names short with a 6-character hash for this)
+XCLBIN_NAME_LIMIT = 64
+
+
+def xclbin_command(
+    mlir_path,
+    *,
+    workdir,
+    xclbin_name: str,
+    kernel_name: str,
+    instance_name: str,
+    kernel_id: int,
+    xclbin_input=None,
+    aiecc="aiecc",
+    peano=None,
+) -> list[str]:
+    """The aiecc command that links `mlir_path`'s device into an xclbin
+    `workdir`/`xclbin_name` as kernel `kernel_name` (instance
+    `instance_name`, id `kernel_id`), adding it to the xclbin `xclbin_input`
+    when given (an xclbin chain: one link per distinct design). Flags as
+    mlir-aie's aiecc spells them at the pin (tools/aiecc/CommandLineOptions.h:
+    ``xclbin-name``, ``xclbin-kernel-name``, ``xclbin-instance-name``,
+    ``xclbin-kernel-id``, ``xclbin-input``)."""
+    for what, name in (("kernel", kernel_name), ("instance", instance_name)):
+        if not name or len(name) >= XCLBIN_NAME_LIMIT:
+            raise ValueError(
+                f"xclbin {what} name {name!r}: 1 to {XCLBIN_NAME_LIMIT - 1} characters "
+                "(xclbinutil's limit)"
+            )
+    command = [
+        str(aiecc),
+        str(mlir_path),
+        "--get-xclbin",
+        f"--xclbin-name={xclbin_name}",
+        f"--xclbin-kernel-name={kernel_name}",
+        f"--xclbin-instance-name={instance_name}",
+        f"--xclbin-kernel-id=0x{kernel_id:x}",
+    ]
+    if xclbin_input is not None:
+        command.append(f"--xclbin-input={xclbin_input}")
+    command.append("--dynamic-objFifos")
+    if peano is not None:
+        command.append(f"--peano={peano}")
+    return [*command, f"--tmpdir={workdir}", f"--output-dir={workdir}"]
+
+
+def instructions_command(mlir_path, *, workdir, insts_name: str, aiecc="aiecc") -> list[str]:
+    """The aiecc command that compiles only `mlir_path`'s runtime sequence
+    into an instruction stream `workdir`/`insts_name`, for a device an
+    xclbin built elsewhere configures. No core is compiled (aiecc builds
+    cores only for artifacts that embed them), so it needs no Peano."""
+    return [
+        str(aiecc),
+        str(mlir_path),
+        "--get-npu-insts",
+        f"--npu-insts-name={insts_name}",
+        "--dynamic-objFifos",
+        f"--tmpdir={workdir}",
+        f"--output-dir={workdir}",
+    ]
+
+
 def peano_commands(design: Design, workdir, *, peano, mlir_aie=None) -> list[list[str]]:
     """The Peano commands that build each kernel object of `design` (see
     `kernel_objects`) as ``workdir/<object>``, for the design's architecture

@@ -9,14 +9,16 @@ import inspect
 import numpy as np
 
 from iron.core import Device, as_dtype
-from iron.dispatch.backends import MODES
+from iron.dispatch.packaging import DISPATCHES, IMAGES
 
 
-def check_options(name: str, mode, flags, poison, session) -> None:
+def check_options(name: str, mode, flags, poison, session, image=None) -> None:
     from iron.dispatch.session import Session
 
-    if mode not in MODES:
-        raise ValueError(f"graph {name}: mode={mode!r}: one of {', '.join(MODES)}")
+    if mode not in DISPATCHES:
+        raise ValueError(f"graph {name}: mode={mode!r}: one of {', '.join(DISPATCHES)}")
+    if image not in (None, *IMAGES):
+        raise ValueError(f"graph {name}: image={image!r}: None, 'elf' or 'xclbin'")
     if isinstance(flags, str) or not all(isinstance(f, str) for f in flags):
         raise TypeError(f"graph {name}: flags must be a sequence of strings, got {flags!r}")
     if poison is not None and not isinstance(poison, bool):

@@ -43,6 +43,14 @@ def cache_info(args) -> int:
         print(printable(f"{line}  {entry.get('name', '')}"))
         if entry.get("repaired"):
             print(printable(f"    repaired: {entry['repaired']}"))
+        packaging = entry.get("packaging")
+        if packaging:  # a device image: its kind, why, and each per-call value's lowering
+            why = (
+                "; ".join(map(str, packaging.get("reasons") or ())) or "no rule asks for an xclbin"
+            )
+            print(printable(f"    {packaging.get('image')} image ({why})"))
+            for line in packaging.get("lowering") or ():
+                print(printable(f"      {line}"))
     return 0
 
 

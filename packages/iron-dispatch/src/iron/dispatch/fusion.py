@@ -157,3 +157,19 @@ def program_mlir(program: Program, designs: dict[str, Design]) -> str:
     lines += ["      " + line for line in body]
     lines += ["    }", "  }", "}"]
     return "\n".join(lines) + "\n"
+
+
+def xclbin_mlir(design: Design, name: str, constants: Mapping[str, int]) -> str:
+    """A module of one device block, `name`, for an xclbin: the link that
+    adds its configuration to the chain, or (with this call's `constants`
+    for its parameters) the instructions-only compile of its stream. No
+    scratchpad (an xclbin has none) and no PDI load of its own: the
+    hardware context loads the xclbin's."""
+    missing = [p for p in design.params if p not in constants]
+    if missing:
+        raise FusionError(
+            f"design {design.name}: an xclbin block takes every parameter as a constant "
+            f"(missing {', '.join(missing)})"
+        )
+    block = device_block(design, symbol=name, params=dict(constants), load_pdi=False)
+    return "\n".join(["module {", block.text, "}"]) + "\n"

@@ -52,6 +52,8 @@ from iron.dispatch.executable import allocate
 from iron.dispatch.image import design_summary
 from iron.dispatch.layout import Layout, arena_layout
 from iron.dispatch.memory import view
+from iron.dispatch.packaging import Plan, lowering, plan
+from iron.dispatch.program import step_design
 from iron.dispatch.residents import PIECE_BYTES, Residents
 from iron.dispatch.runlist import Runlist
 from iron.dispatch.session import Session
@@ -59,12 +61,15 @@ from iron.dispatch.session import Session
 log = logging.getLogger("iron.dispatch")
 
 
-def graph(fn=None, *, name=None, backend=None, mode="fused", device=None, poison=None, flags=(),
-          trace_size=0, session=None):  # fmt: skip
+def graph(fn=None, *, name=None, backend=None, mode="auto", device=None, poison=None, flags=(),
+          trace_size=0, session=None, image=None):  # fmt: skip
     """Make a `GraphFunction` of ``fn(g, *inputs, **per_call_values)``.
 
     `backend`: a registered backend name or "auto" (default: ``IRON_BACKEND``,
-    else "auto"); `mode`: "fused", "separate" or "compare"; `device`: a
+    else "auto"); `mode`: "auto" (the packaging plan's dispatch: a fused full
+    ELF, or step by step on an xclbin; `iron.dispatch.packaging`), "fused",
+    "separate" or "compare"; `image`: None (by the plan's rules), "elf" or
+    "xclbin", a force a rule may refuse; `device`: a
     `Device` or name (default ``IRON_DEVICE``, else npu2); `poison`: fill
     transients with NaN before every run (default ``IRON_POISON``, else off);
     `flags`: strings that are part of the compiled image's identity;
@@ -75,7 +80,9 @@ def graph(fn=None, *, name=None, backend=None, mode="fused", device=None, poison
 
     def wrap(fn):
         options = dict(name=name, backend=backend, mode=mode, device=device, poison=poison)
-        return GraphFunction(fn, **options, flags=flags, trace_size=trace_size, session=session)
+        return GraphFunction(
+            fn, **options, flags=flags, trace_size=trace_size, session=session, image=image
+        )
 
     return wrap(fn) if fn is not None else wrap
 
@@ -86,9 +93,10 @@ class Version:
     image and the loaded executable. Calling it takes its function's lock."""
 
     def __init__(self, signature, graph: Graph, runlist: Runlist, layout: Layout, report: str,
-                 image, executable, lock) -> None:  # fmt: skip
+                 image, executable, lock, plan: Plan) -> None:  # fmt: skip
         self.signature, self.graph, self.runlist, self.layout = signature, graph, runlist, layout
         self.report, self.image, self.executable = report, image, executable
+        self.plan = plan  # its packaging plan
         self._lock = lock
         shapes = {n: (b.shape, b.dtype) for n, b in graph.buffers.items()}
 
@@ -97,6 +105,12 @@ class Version:
             return [view(host, o, n, shapes[name][1], shapes[name][0]) for name, o, n in table]
 
         self._inputs, self._outputs = views("input", image.inputs), views("output", image.outputs)
+
+    def packaging(self) -> str:
+        """The packaging plan's report: the image, why, and how each
+        per-call value reaches the device (`iron.dispatch.packaging`)."""
+        lowered = lowering(self.plan, self.runlist, lambda op: step_design(op, self.runlist.name))
+        return self.plan.report(self.runlist.name, map(str, lowered))
 
     @property
     def reports(self):
@@ -120,14 +134,14 @@ class Version:
 
 
 class GraphFunction:
-    def __init__(self, fn, *, name=None, backend=None, mode="fused", device=None, poison=None,
-                 flags=(), trace_size=0, session=None) -> None:  # fmt: skip
+    def __init__(self, fn, *, name=None, backend=None, mode="auto", device=None, poison=None,
+                 flags=(), trace_size=0, session=None, image=None) -> None:  # fmt: skip
         self.fn, self.name = fn, name or fn.__name__
         self.input_names, self.value_names = parameters(fn, self.name)
         current = settings.current()
         device = device_of(device, current.device, self.name)
-        check_options(self.name, mode, flags, poison, session)
-        self.device, self.mode, self.flags = device, mode, tuple(flags)
+        check_options(self.name, mode, flags, poison, session, image)
+        self.device, self.mode, self.flags, self.image = device, mode, tuple(flags), image
         self.trace_size = trace_size
         self.poison = current.poison if poison is None else poison
         self.arena = ArenaPlan(alignment=max(64, device.coherence_granule))
@@ -193,17 +207,29 @@ class GraphFunction:
         layout, report, _ = arena_layout(runlist, self.arena, self.residents.keys(g))
         log.debug("%s", report)
         backend = self.backend
+        packaged = self._plan(runlist, backend)
         # only a traced graph passes trace_size: a backend that cannot trace needs no such keyword
         traced = {"trace_size": self.trace_size} if self.trace_size else {}
-        image = backend.compile(runlist, layout, self.mode, self.flags, **traced)
+        image = backend.compile(runlist, layout, packaged.dispatch, self.flags, **traced)
         memory = self.residents.ensure_memory(backend.unified)
         buffers = allocate(image, granule=self.device.coherence_granule,
                            unified=backend.unified, scratch=memory.buffer)  # fmt: skip
         executable = backend.load(image, buffers, device=self.device, poison=self.poison)
         self.residents.remember(g, layout)
-        version = Version(signature, g, runlist, layout, report, image, executable, self._lock)
+        version = Version(
+            signature, g, runlist, layout, report, image, executable, self._lock, packaged
+        )
         self.versions[signature] = version
         return version
+
+    def _plan(self, runlist: Runlist, backend) -> Plan:
+        """The packaging plan (`iron.dispatch.packaging`) on a backend with
+        device programs; a host backend builds no device image, so "auto"
+        runs it fused, and its plan says so."""
+        if getattr(backend, "device_programs", False):
+            return plan(self.device, runlist, image=self.image, dispatch=self.mode)
+        dispatch = "fused" if self.mode == "auto" else self.mode
+        return Plan("host", dispatch, (f"backend {backend.name} runs every step on the host",))
 
     def _record(self, signature):
         g = Graph(self.name)
@@ -327,4 +353,5 @@ class GraphFunction:
             lines.append(
                 f"  {signature}: {len(version.runlist.steps)} steps; {version.report}{designs}"
             )
+            lines += ["    " + line for line in version.packaging().splitlines()]
         return "\n".join(lines)

@@ -66,11 +66,22 @@ class Image:
     trace_size: int = 0  # bytes of the trace buffer argument (0: not traced)
     programs: tuple[Program, ...] = ()  # device programs: one (fused) or one per step
     designs: dict[str, Design] = attrs.field(factory=dict)  # digest -> design
-    elves: tuple[str, ...] = ()  # per program, what XRT loads (set by the compile pipeline)
+    # per program, what XRT loads (set by the compile pipeline): a full ELF,
+    # or on an xclbin image its static stream ("": one made per call)
+    elves: tuple[str, ...] = ()
+    xclbin: str = ""  # an xclbin image's xclbin (separate and compare dispatch)
 
     def design_summary(self) -> str:
         """``3 of 5 steps ran designs; 2 fell back to host models (RMSNorm x2)``."""
         return design_summary([self])
+
+    def design_of(self, op: Operator) -> Design | None:
+        """The design `op`'s steps run in this image's programs (None: a host step)."""
+        for program in self.programs:
+            for step in program.steps:
+                if self.steps[step.index].op == op:
+                    return self.designs.get(step.digest) if step.device else None
+        return None
 
 
 def design_summary(images) -> str:

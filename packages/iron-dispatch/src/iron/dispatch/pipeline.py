@@ -6,7 +6,14 @@ digests, runlist, layout, trace size, backend, mode, flags; see
 
 - ``image.json``: the steps as data (operator identities and placements);
 - ``program<i>.json``: each device program, which the simulated XRT loads;
-- ``program<i>.mlir``: its fused MLIR, when every step has a design;
+- ``program<i>.mlir``: its fused MLIR, when every step has a design (an
+  xclbin image: the stream module of a step whose parameters are all
+  constants, and ``link<k>.mlir`` for each distinct design);
+- an xclbin image (separate, compare): ``image.xclbin.json``, its kernels
+  (one per distinct design, each with its instance name and id), what the
+  simulated XRT loads; with a toolchain ``image.xclbin`` from a chain of
+  aiecc links (one per distinct design, each adding its kernel to the
+  previous xclbin) and ``program<i>.insts.bin`` for each static stream;
 - ``designs.json``: each design's canonical text by digest;
 - ``operators.json``: the operator behind each design (by digest) and host
   model (by key), as data (`operator_records`): what the simulated device
@@ -23,6 +30,7 @@ is never made.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -31,14 +39,22 @@ from pathlib import Path
 
 from iron.core import files
 from iron.design import Design, ToolchainError, aiecc_command
-from iron.design.aiecc import PEANO_FLAGS, Toolchain, kernel_commands, kernel_inputs
+from iron.design.aiecc import (
+    PEANO_FLAGS,
+    Toolchain,
+    instructions_command,
+    kernel_commands,
+    kernel_inputs,
+    xclbin_command,
+)
 from iron.design.mlir import kernel_objects
 from iron.design.model import canonical
 from iron.dispatch.cache import CompileCache, file_sha256
-from iron.dispatch.fusion import object_names, program_mlir
+from iron.dispatch.fusion import object_names, program_mlir, xclbin_mlir
 from iron.dispatch.identity import digest
 from iron.dispatch.image import Image
-from iron.dispatch.program import FusionError
+from iron.dispatch.packaging import param_uses
+from iron.dispatch.program import FusionError, Program
 
 #: aiecc flags every fused program takes beyond `aiecc_command`'s: expand
 #: the children's PDI loads inline, as IRON's fused full ELF does
@@ -145,24 +161,175 @@ def write_artifacts(
     (staging / OPERATORS).write_text(json.dumps(operator_records(image), indent=1, sort_keys=True))
     objects = recipes(image, toolchain)
     (staging / "recipes.json").write_text(json.dumps(objects, indent=1, sort_keys=True))
-    emitted = 0
+    emitted, xclbin = 0, image.mode != "fused" and bool(image.programs)
+    modules: dict[tuple, str] = {}  # an xclbin's stream modules, by design and constants
     for i, program in enumerate(image.programs):
         (staging / f"program{i}.json").write_text(program.to_json())
-        if all(s.device is not None for s in program.steps):
+        if any(s.device is None for s in program.steps):
+            continue
+        if not xclbin:
             (staging / f"program{i}.mlir").write_text(program_mlir(program, image.designs))
             emitted += 1
+        elif (constants := static_constants(program)) is not None:
+            step = program.steps[0]
+            key = (step.digest, tuple(sorted(constants.items())))  # 16 layers: one module each
+            if key not in modules:
+                modules[key] = xclbin_mlir(image.designs[step.digest], step.device, constants)
+            (staging / f"program{i}.mlir").write_text(modules[key])
+            emitted += 1
+    if xclbin:
+        (staging / SIM_XCLBIN).write_text(json.dumps(xclbin_record(image), indent=1))
     if toolchain is not None and image.programs:
-        if emitted < len(image.programs):
+        hosted = sum(s.device is None for p in image.programs for s in p.steps)
+        if hosted:
             raise FusionError(
                 f"{image.name}: {image.design_summary()}; aiecc compiles designs only"
             )
         built = {
             name: kernel_object(recipe, name, toolchain, cache) for name, recipe in objects.items()
         }
-        for i, program in enumerate(image.programs):
-            _aiecc(staging, i, program, built, toolchain)
+        if xclbin:
+            _xclbin_chain(staging, image, built, toolchain)
+        else:
+            for i, program in enumerate(image.programs):
+                _aiecc(staging, i, program, built, toolchain)
     return {"programs": len(image.programs), "mlir": emitted, "designs": len(designs),
-            "toolchain": toolchain is not None}  # fmt: skip
+            "toolchain": toolchain is not None, "image": "xclbin" if xclbin else "elf"}  # fmt: skip
+
+
+# ---- xclbin images ----------------------------------------------------------------
+
+#: the simulated XRT's xclbin (its kernels as JSON) and aiecc's
+SIM_XCLBIN = "image.xclbin.json"
+XCLBIN = "image.xclbin"
+#: the first kernel id aiecc gives (its --xclbin-kernel-id default); the chain counts up
+FIRST_KERNEL_ID = 0x901
+
+
+def program_kernel(program: Program) -> str:
+    """The xclbin kernel a one-step program runs: its device block, or its
+    host model on the simulated device."""
+    step = program.steps[0]
+    return step.device or f"host_{step.host}"
+
+
+def xclbin_record(image: Image) -> dict:
+    """The image's xclbin as data: one kernel per distinct design (or host
+    model), in order of first use, each with an instance name under
+    xclbinutil's 64 characters (a 6-character hash of the image's name and
+    the kernel's place, as the original IRON names them) and an id counting
+    up from 0x901; its uuid is a digest of all that."""
+    prefix = hashlib.sha1(image.name.encode()).hexdigest()[:6]
+    kernels: dict[str, dict] = {}
+    for program in image.programs:
+        name, step = program_kernel(program), program.steps[0]
+        if name not in kernels:
+            k = len(kernels)
+            kernels[name] = {"name": name, "instance": f"{prefix}_op{k}",
+                             "id": FIRST_KERNEL_ID + k, "digest": step.digest, "host": step.host}  # fmt: skip
+    record = {"name": image.name, "device": image.device, "kernels": list(kernels.values())}
+    return {"uuid": digest(json.dumps(record, sort_keys=True))[:32], **record}
+
+
+def static_constants(program: Program) -> dict[str, int] | None:
+    """A one-step program's parameters when all are constants (its stream
+    is compiled once), else None (a stream per call's values)."""
+    params = program.steps[0].params
+    return None if any(w >= 0 for _, w, _ in params) else {n: c for n, _, c in params}
+
+
+def stream_constants(program: Program, words) -> dict[str, int]:
+    """A one-step program's parameters for this call: `words` are the
+    image's parameter words, evaluated for the call's values."""
+    return {n: int(words[program.words[w]]) if w >= 0 else c for n, w, c in program.steps[0].params}
+
+
+def link_constants(design: Design, program: Program) -> dict[str, int]:
+    """What the xclbin link folds in for each parameter: a constant as
+    bound; 0 for a per-call offset, which only the stream carries. A
+    per-call value a core reads needs a runtime-parameter buffer the
+    sequence writes, which this MLIR does not emit yet: refused."""
+    uses, constants = param_uses(design), {}
+    for name, word, constant in program.steps[0].params:
+        if word >= 0 and "core" in uses.get(name, ()):
+            raise FusionError(
+                f"{program.name}: parameter {name} of {program.steps[0].device} is a per-call "
+                "value its core reads; on an xclbin that is a runtime-parameter write by the "
+                "sequence, which IRON's MLIR does not emit yet (use a full ELF: mode='fused')"
+            )
+        constants[name] = constant if word < 0 else 0
+    return constants
+
+
+def _xclbin_chain(staging: Path, image: Image, objects: dict[str, Path], toolchain) -> None:
+    """One aiecc link per distinct design, each adding its kernel to the
+    previous xclbin; then each static stream, instructions only."""
+    record = xclbin_record(image)
+    first, linked = {}, {}
+    for program in image.programs:
+        name = program_kernel(program)
+        first.setdefault(name, program)
+        design = image.designs[program.steps[0].digest]
+        constants = link_constants(design, program)
+        if linked.setdefault(name, constants) != constants:
+            raise FusionError(
+                f"{program.name}: {name} is linked with constants {linked[name]} at an earlier "
+                f"step and {constants} here; one xclbin kernel holds one core program"
+            )
+    previous = None
+    for kernel in record["kernels"]:
+        program = first[kernel["name"]]
+        design = image.designs[kernel["digest"]]
+        mlir = xclbin_mlir(design, kernel["name"], link_constants(design, program))
+        (staging / f"link{kernel['id'] - FIRST_KERNEL_ID}.mlir").write_text(mlir)
+
+        def link(work: Path, kernel=kernel, previous=previous) -> list[str]:
+            for name, path in objects.items():  # link_with names resolve in aiecc's directory
+                shutil.copyfile(path, work / name)
+            return xclbin_command(
+                work / "program.mlir", workdir=work, xclbin_name="chain.xclbin",
+                kernel_name=kernel["name"], instance_name=kernel["instance"],
+                kernel_id=kernel["id"], xclbin_input=previous, aiecc=toolchain.aiecc,
+                peano=toolchain.peano,
+            )  # fmt: skip
+
+        built = staging / f".chain{kernel['id'] - FIRST_KERNEL_ID}.xclbin"
+        _in_workdir(staging, mlir, link, "chain.xclbin", built, f"link {kernel['name']}")
+        previous = built
+    shutil.move(previous, staging / XCLBIN)
+    for stale in staging.glob(".chain*.xclbin"):
+        stale.unlink()
+    for i, program in enumerate(image.programs):
+        constants = static_constants(program)
+        if constants is not None:
+            text = (staging / f"program{i}.mlir").read_text()
+            compile_stream(text, staging / f"program{i}.insts.bin", toolchain, program.name)
+
+
+def compile_stream(mlir: str, target: Path, toolchain, what: str) -> None:
+    """An instructions-only compile of `mlir` (an `xclbin_mlir` module with
+    this call's constants) into `target`: no Peano, no cores."""
+
+    def command(work: Path) -> list[str]:
+        return instructions_command(
+            work / "program.mlir", workdir=work, insts_name="stream.bin", aiecc=toolchain.aiecc
+        )
+
+    _in_workdir(target.parent, mlir, command, "stream.bin", target, f"stream of {what}")
+
+
+def _in_workdir(near: Path, mlir: str, command, output: str, target: Path, what: str) -> None:
+    """Run aiecc on `mlir` in a scratch directory beside `near`; move its
+    `output` to `target`."""
+    work = Path(tempfile.mkdtemp(prefix=".aiecc-", dir=near.parent))
+    try:
+        (work / "program.mlir").write_text(mlir)
+        _run(what, "aiecc", command(work), work)
+        if not (work / output).is_file():
+            raise ToolchainError(f"{what}: aiecc succeeded but wrote no {output}")
+        shutil.move(work / output, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def kernel_object(recipe: dict, name: str, toolchain: Toolchain, cache: CompileCache) -> Path:
@@ -218,20 +385,39 @@ def _run(what: str, tool: str, command: list[str], cwd: Path) -> None:
         )
 
 
-def loadable(entry: Path, image: Image, *, elf: bool) -> tuple[str, ...]:
-    """What XRT loads for each program of an entry: its ELF (npu) or its
-    program JSON (the simulated device)."""
-    suffix = "elf" if elf else "json"
-    return tuple(str(entry / f"program{i}.{suffix}") for i in range(len(image.programs)))
+def loadable(entry: Path, image: Image, *, elf: bool) -> dict:
+    """What XRT loads for an entry's image (`Image` fields): per program its
+    ELF (npu) or program JSON (the simulated device); on an xclbin image
+    the xclbin and, per program, its static stream (npu; "" for a stream
+    made per call) or its program JSON (the simulated device)."""
+    count = range(len(image.programs))
+    if image.mode == "fused":
+        suffix = "elf" if elf else "json"
+        return {"elves": tuple(str(entry / f"program{i}.{suffix}") for i in count)}
+    if not elf:
+        return {"xclbin": str(entry / SIM_XCLBIN),
+                "elves": tuple(str(entry / f"program{i}.json") for i in count)}  # fmt: skip
+    streams = tuple(
+        str(entry / f"program{i}.insts.bin") if (entry / f"program{i}.insts.bin").is_file() else ""
+        for i in count
+    )
+    return {"xclbin": str(entry / XCLBIN), "elves": streams}
 
 
-def matches(entry: Path, image: Image) -> bool:
-    """The entry's programs are exactly this image's: what the device loads
-    is checked, not trusted (its checksums only say it is the file written)."""
+def read_programs(entry: Path, image: Image) -> tuple[Program, ...] | None:
+    """The programs of a valid entry, read back for a hit (None: they are
+    not this image's, and the entry is rebuilt): one fused program over
+    every step, or one program per step, each step the image's operator."""
+    programs = []
     try:
-        return all(
-            files.read_text(entry / f"program{i}.json", follow_links=False) == p.to_json()
-            for i, p in enumerate(image.programs)
-        )
-    except (OSError, ValueError):  # missing, not a regular file, not UTF-8
-        return False
+        while (path := entry / f"program{len(programs)}.json").is_file():
+            programs.append(Program.from_json(files.read_bytes(path, follow_links=False), path))
+    except (OSError, ValueError):
+        return None
+    steps = [s for p in programs for s in p.steps]
+    expected = 1 if image.mode == "fused" else len(image.steps)
+    if len(programs) != expected or [s.index for s in steps] != list(range(len(image.steps))):
+        return None
+    if any(s.operator != type(image.steps[s.index].op).__name__ for s in steps):
+        return None
+    return tuple(programs)

@@ -15,6 +15,7 @@ operator's reference on the bytes the device had before the step.
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ from iron.design import ELF_KERNEL
 from iron.dispatch.executable import StepReport, evaluate, kernel
 from iron.dispatch.image import Image
 from iron.dispatch.memory import DeviceBuffer, view
+from iron.dispatch.pipeline import program_kernel, stream_constants
 
 log = logging.getLogger("iron.dispatch")
 
@@ -74,17 +76,30 @@ class XrtExecutable:
         for buffer in buffers.values():
             buffer.attach(xrt, self.xrt_device)
         self.trace_bo = xrt.bo(self.xrt_device, image.trace_size) if image.trace_size else None
-        self.runs = []
-        for elf in image.elves:
-            context = xrt.hw_context(self.xrt_device, xrt.elf(elf))
-            self.runs.append(xrt.run(xrt.kernel(context, ELF_KERNEL)))
-        self._scratchpads = [scratchpad_layout(elf) for elf in image.elves]
         self._generation = None
+        self._open()
         self._references = (
             [kernel(s.op, use_device_model=False) for s in image.steps]
             if image.mode == "compare"
             else None
         )
+
+    def _open(self) -> None:
+        """Each program's full ELF in a hardware context, one run of its
+        kernel ``main:sequence`` each."""
+        xrt, image = self.xrt, self.image
+        if image.mode != "fused":
+            raise ValueError(f"{image.name}: a {image.mode} image is an xclbin (XclbinExecutable)")
+        self.runs = []
+        for elf in image.elves:
+            context = xrt.hw_context(self.xrt_device, xrt.elf(elf))
+            self.runs.append(xrt.run(xrt.kernel(context, ELF_KERNEL)))
+        self._scratchpads = [scratchpad_layout(elf) for elf in image.elves]
+
+    def _arguments(self) -> list:
+        """The buffer objects every program takes, in `ARGUMENTS` order."""
+        arguments = [self.buffers[a].bo for a in ("input", "output", "scratch")]
+        return arguments + ([self.trace_bo] if self.trace_bo is not None else [])
 
     def _bind(self) -> None:
         """Set every run's arguments; again when the shared arena has grown
@@ -92,12 +107,15 @@ class XrtExecutable:
         generation = self.buffers["scratch"].generation
         if generation == self._generation:
             return
-        arguments = [self.buffers[a].bo for a in ("input", "output", "scratch")]
-        arguments += [self.trace_bo] if self.trace_bo is not None else []
+        arguments = self._arguments()
         for run in self.runs:
             for index, bo in enumerate(arguments):
                 run.set_arg(index, bo)
         self._generation = generation
+
+    def _launch(self, index: int, words) -> None:
+        self.runs[index].start()
+        self.runs[index].wait()
 
     def _write_words(self, words: np.ndarray) -> None:
         """Each program's words into its run's control scratchpad, where
@@ -128,10 +146,9 @@ class XrtExecutable:
             self.buffers["scratch"].poison(self.image.transients)
             self.buffers["output"].poison([(0, self.buffers["output"].nbytes)])
         self.reports = []
-        for index, run in enumerate(self.runs):
+        for index in range(len(self.runs)):
             inputs = self._device_inputs(index) if self._references else None
-            run.start()
-            run.wait()
+            self._launch(index, words)
             if self._references:
                 self._judge(index, inputs, words)
         self.buffers["output"].sync_from_device()
@@ -185,3 +202,77 @@ class XrtExecutable:
             )  # fmt: skip
             if not verdict.passed:
                 log.warning("%s step %d (%s): %s", self.image.name, index, name, verdict.detail)
+
+
+#: the opcode of a DPU kernel's run (mlir-aie's test benches and IRON pass 3)
+OPCODE = 3
+
+
+class XclbinExecutable(XrtExecutable):
+    """An xclbin image (separate and compare dispatch), loaded as pyxrt
+    drives one: the xclbin registered, one hardware context from its uuid,
+    per step a kernel of the xclbin (its device block) called with its
+    instruction buffer and the buffer's length in words first, then the
+    consolidated buffers. There is no scratchpad: a step that takes
+    per-call values gets a stream made for them by `streams(index,
+    constants) -> uint32 words` (cached here by value); a step without
+    any has one stream for every call. Each step's stream goes into an
+    instruction buffer, rewritten and synced when its values change."""
+
+    #: streams kept in memory per executable (a stream made again costs a
+    #: compile on npu, cached on disk, or a few microseconds on sim)
+    KEPT = 256
+
+    def __init__(self, image, buffers, xrt, *, streams, poison=False, device=None) -> None:
+        self.streams = streams
+        super().__init__(image, buffers, xrt, poison=poison, device=device)
+
+    def _open(self) -> None:
+        xrt, image = self.xrt, self.image
+        if image.mode == "fused" or not image.xclbin:
+            raise ValueError(f"{image.name}: a {image.mode} image has no xclbin to load")
+        xclbin = xrt.xclbin(image.xclbin)
+        xrt.register_xclbin(self.xrt_device, xclbin)
+        context = xrt.hw_context(self.xrt_device, xclbin.get_uuid())
+        self.runs = [xrt.xclbin_kernel(context, program_kernel(p)) for p in image.programs]
+        # (step, constants) -> its stream, the most recently used last
+        self._made: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
+        self._loaded: list = [None] * len(self.runs)  # per step: (constants, instruction bo)
+        self._args: list = []
+
+    def _bind(self) -> None:
+        generation = self.buffers["scratch"].generation
+        if generation != self._generation:
+            self._args, self._generation = self._arguments(), generation
+
+    def _write_words(self, words) -> None:
+        """No scratchpad on an xclbin: the values reach each step's stream."""
+
+    def _stream(self, index: int, words):
+        """The step's instruction buffer for this call's values, and its words."""
+        constants = tuple(sorted(stream_constants(self.image.programs[index], words).items()))
+        loaded = self._loaded[index]
+        if loaded is not None and loaded[0] == constants:
+            return loaded[1], loaded[2]
+        key = (index, constants)
+        if key not in self._made:
+            self._made[key] = np.ascontiguousarray(self.streams(index, dict(constants)), np.uint32)
+            if len(self._made) > self.KEPT:  # a decode's offsets: one stream per position
+                self._made.popitem(last=False)
+        self._made.move_to_end(key)
+        stream = self._made[key]
+        bo = self.xrt.instruction_bo(self.xrt_device, stream.nbytes, self.runs[index])
+        np.frombuffer(bo.map(), np.uint8)[: stream.nbytes] = stream.view(np.uint8)
+        bo.sync(self.xrt.TO_DEVICE, stream.nbytes, 0)
+        self._loaded[index] = (constants, bo, stream.size)
+        return bo, stream.size
+
+    def _launch(self, index: int, words) -> None:
+        bo, count = self._stream(index, words)
+        handle = self.runs[index](OPCODE, bo, count, *self._args)
+        state = handle.wait()
+        if str(state).rsplit(".", 1)[-1] != "ERT_CMD_STATE_COMPLETED":
+            raise RuntimeError(
+                f"{self.image.name} step {index} ({self.image.programs[index].steps[0].operator}): "
+                f"the kernel's run ended {state}, not ERT_CMD_STATE_COMPLETED"
+            )

@@ -24,16 +24,27 @@
   runs its operator's host model on the same bytes. A traced program gets
   one `TRACE_RECORD` per step in its trace buffer.
 
+- An xclbin (`xclbin(path)`: its kernels as JSON) is registered on the
+  device and a context made from its uuid; each kernel is called as pyxrt
+  calls one, with opcode 3, an instruction buffer and its length in words.
+  The stream (`stream`: the step's program with the call's values folded
+  in, under a header naming the xclbin and kernel it was made for) is read
+  from the device side of that buffer, so one never synced is refused, as
+  is one made for another xclbin or kernel.
+
 What is not simulated: timing (the trace's ticks count DDR words moved,
-not cycles), PDI loads and reconfiguration, and the instruction stream.
+not cycles), PDI loads and reconfiguration, and the instructions of a
+stream (the simulated one names the step and its values).
 """
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import numpy as np
 
 from iron.alloc import align_up
@@ -105,10 +116,15 @@ class Library:
     def load(self, program: Program, entry: Path) -> None:
         """Rebuild what `program` names and the library lacks from the
         operator records of cache `entry` (see the module docstring)."""
+        self.load_named(program.name, [(s.digest, s.host) for s in program.steps], entry)
+
+    def load_named(self, where: str, names, entry: Path) -> None:
+        """Rebuild each (design digest, host key) of `names` (one of the two
+        None) that the library lacks from the operator records of `entry`."""
         wanted = [
-            (s.digest, True) if s.device is not None else (s.host, False)
-            for s in program.steps
-            if (s.digest not in self.designs if s.device is not None else s.host not in self.hosts)
+            (digest, True) if digest is not None else (host, False)
+            for digest, host in names
+            if (digest not in self.designs if digest is not None else host not in self.hosts)
         ]
         if not wanted:
             return
@@ -116,15 +132,15 @@ class Library:
             records = read_json(entry / OPERATORS)
         except (OSError, ValueError) as error:
             raise RuntimeError(
-                f"program {program.name}: its entry has no readable {OPERATORS} ({error})"
+                f"program {where}: its entry has no readable {OPERATORS} ({error})"
             ) from None
         for name, is_design in wanted:
-            op = _rebuilt(program.name, entry / OPERATORS, name, records.get(name))
+            op = _rebuilt(where, entry / OPERATORS, name, records.get(name))
             if is_design:
-                design = step_design(op, f"program {program.name}")
+                design = step_design(op, f"program {where}")
                 if design is None or design.digest() != name:
                     raise RuntimeError(
-                        f"program {program.name}: {type(op).__name__} builds another design "
+                        f"program {where}: {type(op).__name__} builds another design "
                         f"here than the {name[:12]} it was compiled with (its code changed)"
                     )
                 self.designs[name] = design
@@ -136,6 +152,7 @@ class SimDevice:
     def __init__(self, index: int, library: Library) -> None:
         self.index = index
         self.library = library
+        self.xclbins: dict[str, SimXclbin] = {}  # registered, by uuid
 
 
 class SimContext:
@@ -283,6 +300,96 @@ def read_trace(data) -> list[dict]:
     return records
 
 
+# ---- xclbin images ---------------------------------------------------------------
+
+
+class SimXclbin:
+    """An xclbin as the simulated device reads it (`pipeline.xclbin_record`):
+    its uuid and kernels, one per device block (or host model)."""
+
+    def __init__(self, record: dict, where: str) -> None:
+        try:
+            files.expect(where, "uuid", record.get("uuid"), "a string")
+            files.expect(where, "name", record.get("name"), "a string")
+            kernels = files.expect(where, "kernels", record.get("kernels"), "an array")
+            for i, k in enumerate(kernels):
+                files.expect(where, f"kernels[{i}]", k, "an object")
+                files.expect(where, f"kernels[{i}].name", k.get("name"), "a string")
+                files.expect(where, f"kernels[{i}].digest", k.get("digest"), "a string", "null")
+                files.expect(where, f"kernels[{i}].host", k.get("host"), "a string", "null")
+        except ValueError as error:
+            raise ValueError(f"xclbin {error}") from None
+        self.uuid, self.name = record["uuid"], record["name"]
+        self.kernels = {k["name"]: k for k in kernels}
+
+    def get_uuid(self) -> str:
+        return self.uuid
+
+
+class SimXclbinContext:
+    def __init__(self, device: SimDevice, xclbin: SimXclbin) -> None:
+        self.device, self.xclbin = device, xclbin
+
+
+def stream(xclbin_uuid: str, kernel: str, program: Program, constants: dict) -> np.ndarray:
+    """The simulated instruction stream of a one-step program for one
+    call's `constants`: the program with its parameters folded in (what an
+    instructions-only compile bakes into the real stream) under a header
+    naming the xclbin and kernel it was made for, as UTF-8 JSON padded
+    with zeros to whole 32-bit words."""
+    step = program.steps[0]
+    params = tuple((n, -1, int(constants[n])) for n, _, _ in step.params)
+    folded = attrs.evolve(program, steps=(attrs.evolve(step, params=params),), words=())
+    text = json.dumps({"xclbin": xclbin_uuid, "kernel": kernel, "program": folded.to_json()})
+    data = text.encode()
+    return np.frombuffer(data + b"\0" * (-len(data) % 4), np.uint32)
+
+
+class SimKernel:
+    """A kernel of a registered xclbin: called as pyxrt calls one, with the
+    opcode, the instruction buffer, its length in words, then the buffers."""
+
+    def __init__(self, context: SimXclbinContext, name: str) -> None:
+        self.context, self.name = context, name
+
+    def group_id(self, index: int) -> int:
+        return index
+
+    def __call__(self, opcode: int, instructions: SimBufferObject, count: int, *bos):
+        xclbin = self.context.xclbin
+        where = f"xclbin {xclbin.name} kernel {self.name}"
+        if opcode != 3:
+            raise ValueError(f"{where}: opcode {opcode!r}, not 3 (a DPU kernel's run)")
+        if not 0 < count * 4 <= instructions.size():
+            raise ValueError(
+                f"{where}: {count} instruction words do not fit the {instructions.size()}-byte "
+                "instruction buffer"
+            )
+        # the device reads its side of the buffer: a stream never synced is not there
+        data = bytes(instructions.device[: 4 * count]).rstrip(b"\0")
+        try:
+            header = json.loads(data.decode())
+            program = Program.from_json(header["program"], f"{where}: its stream")
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise RuntimeError(
+                f"{where}: the instruction buffer holds no stream (was it synced to the device?)"
+            ) from None
+        if header.get("xclbin") != xclbin.uuid or header.get("kernel") != self.name:
+            raise RuntimeError(
+                f"{where}: the stream was made for xclbin {header.get('xclbin')!r} kernel "
+                f"{header.get('kernel')!r}; it does not belong to the loaded xclbin "
+                f"{xclbin.uuid!r}"
+            )
+        step, record = program.steps[0], xclbin.kernels[self.name]
+        if (step.digest, step.host) != (record["digest"], record["host"]):
+            raise RuntimeError(f"{where}: the stream runs another design than this kernel's")
+        run = SimRun(SimContext(self.context.device, program))
+        for index, bo in enumerate(bos):
+            run.set_arg(index, bo)
+        run.start()
+        return run
+
+
 class SimulatedXrt:
     """The seam's calls on a simulated device (`iron.dispatch.xrt`)."""
 
@@ -307,10 +414,42 @@ class SimulatedXrt:
         self.library.load(program, Path(path).parent)
         return program
 
-    def hw_context(self, device: SimDevice, elf: Program) -> SimContext:
-        return SimContext(device, elf)
+    def xclbin(self, path) -> SimXclbin:
+        """The xclbin in `path` (the kernels as JSON, a regular file); the
+        designs and host models its kernels run come from the library or
+        the entry beside it."""
+        record = read_json(Path(path))
+        xclbin = SimXclbin(record, str(path))
+        names = [(k["digest"], k["host"]) for k in xclbin.kernels.values()]
+        self.library.load_named(xclbin.name, names, Path(path).parent)
+        return xclbin
+
+    def register_xclbin(self, device: SimDevice, xclbin: SimXclbin) -> None:
+        device.xclbins[xclbin.uuid] = xclbin
+
+    def hw_context(self, device: SimDevice, elf):
+        """A context of a full ELF (a program), or of a registered xclbin by uuid."""
+        if isinstance(elf, Program):
+            return SimContext(device, elf)
+        if elf not in device.xclbins:
+            raise RuntimeError(f"hw_context: no xclbin with uuid {elf!r} is registered")
+        return SimXclbinContext(device, device.xclbins[elf])
+
+    def xclbin_kernel(self, context: SimXclbinContext, name: str) -> SimKernel:
+        if name not in context.xclbin.kernels:
+            raise RuntimeError(
+                f"xclbin {context.xclbin.name} has no kernel {name!r} "
+                f"(kernels: {', '.join(context.xclbin.kernels)})"
+            )
+        return SimKernel(context, name)
+
+    def instruction_bo(self, device: SimDevice, nbytes: int, kernel: SimKernel) -> SimBufferObject:
+        """An instruction buffer for `kernel` (pyxrt: cacheable, the kernel's group 1)."""
+        return self.bo(device, nbytes)
 
     def kernel(self, context: SimContext, name: str) -> SimContext:
+        if not isinstance(context, SimContext):
+            raise RuntimeError("kernel: an xclbin's context takes xclbin_kernel (pyxrt.kernel)")
         if name != ELF_KERNEL:
             raise RuntimeError(f"a full ELF's kernel is {ELF_KERNEL!r}, not {name!r}")
         return context

@@ -15,8 +15,19 @@ The calls (mlir-aie's full-ELF host flow, see the dispatch README):
     run.get_ctrl_scratchpad_bo()                    # per-call parameters
     run.start(); run.wait()
 
+An xclbin image (separate and compare dispatch) as pyxrt drives one
+(mlir-aie's test benches: register, context from the uuid, a kernel per
+device block, the instruction buffer and its length in words first):
+
+    xclbin = xrt.xclbin(path)
+    xrt.register_xclbin(device, xclbin)
+    context = xrt.hw_context(device, xclbin.get_uuid())
+    kernel = xrt.xclbin_kernel(context, name)        # pyxrt.kernel
+    insts = xrt.instruction_bo(device, nbytes, kernel)  # cacheable, group_id(1)
+    kernel(3, insts, words, *bos).wait()
+
 `iron.dispatch.sim_xrt` is the other implementation: a simulated device
-that runs the fused program's designs.
+that runs the programs' designs.
 """
 
 from __future__ import annotations
@@ -70,6 +81,14 @@ class Xrt(Protocol):
 
     def bo(self, device: Any, nbytes: int) -> BufferObject: ...
 
+    def xclbin(self, path: str) -> Any: ...
+
+    def register_xclbin(self, device: Any, xclbin: Any) -> None: ...
+
+    def xclbin_kernel(self, context: Any, name: str) -> Any: ...
+
+    def instruction_bo(self, device: Any, nbytes: int, kernel: Any) -> BufferObject: ...
+
 
 class PyXrt:
     """The seam over pyxrt. Importing it happens on first use, so this class
@@ -100,6 +119,18 @@ class PyXrt:
 
     def run(self, kernel):
         return self._x.run(kernel)
+
+    def xclbin(self, path: str):
+        return self._x.xclbin(str(path))
+
+    def register_xclbin(self, device, xclbin) -> None:
+        device.register_xclbin(xclbin)
+
+    def xclbin_kernel(self, context, name: str):
+        return self._x.kernel(context, name)
+
+    def instruction_bo(self, device, nbytes: int, kernel):
+        return self._x.bo(device, max(1, nbytes), self._x.bo.cacheable, kernel.group_id(1))
 
     def bo(self, device, nbytes: int):
         # NPU access to host buffers is not cache-coherent: every byte range

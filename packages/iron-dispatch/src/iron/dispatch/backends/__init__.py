@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -25,7 +26,8 @@ from iron.dispatch.identity import digest, key_text
 from iron.dispatch.image import Image, build
 from iron.dispatch.layout import Layout
 from iron.dispatch.memory import DeviceBuffer
-from iron.dispatch.pipeline import loadable, matches, write_artifacts
+from iron.dispatch.packaging import record as packaging_record
+from iron.dispatch.pipeline import loadable, read_programs, write_artifacts
 from iron.dispatch.runlist import Runlist
 
 log = logging.getLogger("iron.dispatch")
@@ -174,15 +176,29 @@ class CompilingBackend:
         key = digest(key_text(runlist, layout, parts, self.sources))
         cache = self.cache
         started = time.perf_counter()
-        image = self.build(runlist, layout, mode, flags, trace_size)
+        # the steps alone first: a hit reads its programs from the entry and
+        # builds no design and no program (a 16-layer graph's designs and
+        # fused program cost more than the whole lookup)
+        image = self.build(runlist, layout, mode, flags, trace_size, programs=False)
+        found: dict[str, object] = {}
+
+        def accept(entry: Path) -> bool:
+            found["programs"] = read_programs(entry, image) if self.device_programs else ()
+            return found["programs"] is not None
+
+        def write(staging: Path) -> dict:
+            found["image"] = built = self.build(runlist, layout, mode, flags, trace_size)
+            fields = write_artifacts(built, staging, toolchain=toolchain, cache=cache)
+            if self.device_programs:
+                fields["packaging"] = packaging_record(runlist, mode, built.design_of)
+            return fields
+
         entry, hit = cache.get_or_build(
-            key,
-            lambda staging: write_artifacts(image, staging, toolchain=toolchain, cache=cache),
-            accept=lambda entry: matches(entry, image),
-            backend=self.name, mode=mode, name=runlist.name,
-        )  # fmt: skip
+            key, write, accept=accept, backend=self.name, mode=mode, name=runlist.name
+        )
         self.hits += hit
         self.misses += not hit
+        image = attrs.evolve(image, programs=found["programs"]) if hit else found["image"]
         log.debug(
             "%s: %s image %s (%.1f ms)",
             runlist.name,
@@ -190,12 +206,22 @@ class CompilingBackend:
             key[:12],
             1e3 * (time.perf_counter() - started),
         )
-        elves = loadable(entry, image, elf=toolchain is not None)
-        return attrs.evolve(image, elves=elves) if image.programs else image
+        if not image.programs:
+            return image
+        return attrs.evolve(image, **loadable(entry, image, elf=toolchain is not None))
 
     def build(
-        self, runlist: Runlist, layout: Layout, mode: str, flags, trace_size: int = 0
+        self,
+        runlist: Runlist,
+        layout: Layout,
+        mode: str,
+        flags,
+        trace_size: int = 0,
+        *,
+        programs: bool = True,
     ) -> Image:
+        """The image in memory; with `programs` (and `device_programs`) its
+        designs and device programs too."""
         return build(
             runlist,
             layout,
@@ -204,5 +230,5 @@ class CompilingBackend:
             flags=flags,
             max_words=self.words_limit(mode),
             trace_size=trace_size,
-            programs=self.device_programs,
+            programs=programs and self.device_programs,
         )

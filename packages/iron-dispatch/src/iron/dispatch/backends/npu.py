@@ -2,15 +2,25 @@
 pyxrt, with each program's fused MLIR compiled by aiecc and Peano
 (`iron.dispatch.pipeline`). Where pyxrt, an NPU or the toolchain is
 missing it says which, and how to get each. Every step must have a design:
-a full ELF cannot call the host between steps."""
+a device image cannot call the host between steps. A fused image is a full
+ELF; a separate or compare image an xclbin chain whose per-call streams are
+compiled (instructions only) for each new value."""
 
 from __future__ import annotations
 
-from iron.core import environment
+from pathlib import Path
+
+import numpy as np
+
+from iron.core import environment, files
 from iron.design import ToolchainError, find_toolchain
 from iron.dispatch.backends import BackendUnavailable, CompilingBackend
+from iron.dispatch.fusion import xclbin_mlir
+from iron.dispatch.identity import digest
 from iron.dispatch.image import PARAMETER_WORDS
-from iron.dispatch.runtime import XrtExecutable
+from iron.dispatch.pipeline import compile_stream
+from iron.dispatch.program import step_design
+from iron.dispatch.runtime import XclbinExecutable, XrtExecutable
 from iron.dispatch.xrt import PyXrt
 
 
@@ -51,4 +61,32 @@ class NpuBackend(CompilingBackend):
             raise BackendUnavailable(f"backend 'npu' is not available here: {why}")
         if self._xrt is None:
             self._xrt = PyXrt()
-        return XrtExecutable(image, buffers, self._xrt, poison=poison, device=device)
+        if image.mode == "fused":
+            return XrtExecutable(image, buffers, self._xrt, poison=poison, device=device)
+        return XclbinExecutable(
+            image, buffers, self._xrt, streams=self._streams(image), poison=poison, device=device
+        )
+
+    def _streams(self, image):
+        """Each step's stream: its static one from the compile, else an
+        instructions-only compile against the xclbin for the call's values
+        (a cache entry of its own, keyed by the design and the values)."""
+        toolchain, cache = self.toolchain(), self.cache
+
+        def streams(index: int, constants: dict) -> np.ndarray:
+            if image.elves[index]:
+                return np.frombuffer(files.read_bytes(image.elves[index]), np.uint32)
+            program = image.programs[index]
+            step = program.steps[0]
+            design = step_design(image.steps[step.index].op, program.name)
+            mlir = xclbin_mlir(design, step.device, constants)
+
+            def build(staging: Path) -> dict:
+                compile_stream(mlir, staging / "stream.bin", toolchain, program.name)
+                return {"name": program.name}
+
+            key = digest(f"stream {step.digest} {step.device} {sorted(constants.items())}")
+            entry, _ = cache.get_or_build(key, build, kind="stream")
+            return np.frombuffer(files.read_bytes(entry / "stream.bin"), np.uint32)
+
+        return streams

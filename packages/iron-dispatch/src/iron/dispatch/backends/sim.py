@@ -4,16 +4,22 @@ runs `iron.design.simulate` on the device's bytes at its planned offsets;
 a step whose operator has no design falls back to the operator's host model
 (its `simulate`, by default its reference), and the version's summary says
 how many did. Device memory is apart from the host's; syncs move whole
-64-byte granules; per-call values go through a 32-word parameter
-scratchpad per program."""
+64-byte granules. A fused image is a full ELF whose per-call values go
+through a 32-word parameter scratchpad; a separate or compare image is an
+xclbin whose steps run instruction streams made for each call's values."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from iron.dispatch.backends import CompilingBackend
+from iron.dispatch.cache import read_json
 from iron.dispatch.executable import kernel
 from iron.dispatch.image import PARAMETER_WORDS
-from iron.dispatch.runtime import XrtExecutable
-from iron.dispatch.sim_xrt import SimulatedXrt
+from iron.dispatch.pipeline import program_kernel
+from iron.dispatch.program import step_design
+from iron.dispatch.runtime import XclbinExecutable, XrtExecutable
+from iron.dispatch.sim_xrt import SimulatedXrt, stream
 
 
 class SimBackend(CompilingBackend):
@@ -31,8 +37,23 @@ class SimBackend(CompilingBackend):
         library.designs.update(image.designs)
         for program in image.programs:
             for step in program.steps:
+                if step.device is not None and step.digest not in library.designs:
+                    # a cache hit builds no design; the device needs it to run
+                    op = image.steps[step.index].op
+                    library.designs[step.digest] = step_design(op, program.name)
                 if step.host is not None and step.host not in library.hosts:
                     library.hosts[step.host] = kernel(
                         image.steps[step.index].op, use_device_model=True
                     )
-        return XrtExecutable(image, buffers, self.xrt, poison=poison, device=device)
+        if image.mode == "fused":
+            return XrtExecutable(image, buffers, self.xrt, poison=poison, device=device)
+        record = read_json(Path(image.xclbin))  # the kernels' names and the uuid
+        programs = image.programs
+
+        def streams(index: int, constants: dict):
+            kernel = program_kernel(programs[index])
+            return stream(record["uuid"], kernel, programs[index], constants)
+
+        return XclbinExecutable(
+            image, buffers, self.xrt, streams=streams, poison=poison, device=device
+        )
