@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import importlib
 import pstats
 import statistics
@@ -31,11 +32,13 @@ from collections import Counter
 from pathlib import Path
 
 from iron.core.benchmarking import markdown_table, write_readme_section
+from iron.design import Batch
 from iron.dispatch.sim_xrt import SimRun
 from iron.llama import Model, ensure_synthetic
 
 #: the module (the package's `simulate` names the function)
 simulate_module = importlib.import_module("iron.design.simulate")
+replay_module = importlib.import_module("iron.design.replay")
 
 README = Path(__file__).parents[1] / "README.md"
 DESIGN_README = Path(__file__).parents[2] / "iron-design" / "README.md"
@@ -93,14 +96,24 @@ def profile_table(model: Model, ids: list[int], steps: int, seconds_per_token: f
         entry = stats.get(_key(function), (0, 0, 0.0, 0.0, {}))
         return entry[3], entry[0]
 
-    replay = _key(simulate_module._Replay._replay)  # the loop that calls the kernel models
+    # where a replay calls kernel models: call by call, or a batch form's two
+    # parts (`compute` once per flush, `write` once per call)
+    callers = (_key(replay_module.play), _key(replay_module._Plan.compute))
+    parts = {}
+    for batch in (o for o in gc.get_objects() if isinstance(o, Batch)):
+        parts[_key(batch.compute)] = " (batched: computes)"
+        parts[_key(batch.write)] = " (batched: writes)"
     kernels: Counter = Counter()
     calls: Counter = Counter()
-    for (filename, _, name), entry in stats.items():
-        edge = entry[4].get(replay)
-        if edge is not None and filename != "~" and not filename.endswith("simulate.py"):
-            kernels[name] += edge[3]
-            calls[name] += edge[1]
+    for key, entry in stats.items():
+        filename, _, name = key
+        if filename == "~" or filename.endswith(("simulate.py", "replay.py")):
+            continue
+        for caller in callers:
+            edge = entry[4].get(caller)
+            if edge is not None:
+                kernels[f"`{name}`{parts.get(key, '')}"] += edge[3]
+                calls[f"`{name}`{parts.get(key, '')}"] += edge[1]
     replays, replay_count = cumulative(simulate_module._Replay.run)
     records, record_count = cumulative(simulate_module.Simulator._machine_run)
     runs, run_count = cumulative(simulate_module.Simulator.run)
@@ -115,10 +128,14 @@ def profile_table(model: Model, ids: list[int], steps: int, seconds_per_token: f
 
     top = kernels.most_common(3)
     for name, seconds in top:
-        row(f"kernel model `{name}`", seconds, calls[name])
+        row(f"kernel model {name}", seconds, calls[name])
     others = [n for n in kernels if n not in dict(top)]
     row("other kernel models", sum(kernels[n] for n in others), sum(calls[n] for n in others))
-    row("replays besides the models: moves, resets", replays - sum(kernels.values()), replay_count)
+    row(
+        "replays besides the models: moves, captures, resets",
+        replays - sum(kernels.values()),
+        replay_count,
+    )
     row("machine runs that record (offsets that move per token)", records, record_count)
     row("Simulator.run besides: tensors in and out", runs - replays - records, run_count)
     row("simulated XRT: program steps, views, syncs", driving - runs)

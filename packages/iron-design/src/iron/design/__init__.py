@@ -11,6 +11,7 @@ from iron.design.aiecc import (
     peano_commands,
 )
 from iron.design.check import Report, Violation, check, validate
+from iron.design.kernel_batch import Batch, batched, check_batch
 from iron.design.lower import Configuration, Lowered, Runtime, lower
 from iron.design.mlir import DeviceBlock, device_block, to_mlir
 from iron.design.model import (
@@ -78,6 +79,7 @@ __all__ = [
     "ELF_KERNEL",
     "TAP",
     "Acquire",
+    "Batch",
     "Buf",
     "Call",
     "Configuration",
@@ -130,8 +132,10 @@ __all__ = [
     "aie_kernels",
     "aie_runtime_lib",
     "aiecc_command",
+    "batched",
     "build",
     "check",
+    "check_batch",
     "core",
     "design_of",
     "design_svg",

@@ -15,6 +15,7 @@ import numpy as np
 
 from iron.core.device import Device
 from iron.core.spec import IN, OUT
+from iron.design.kernel_batch import batched
 from iron.design.model import (
     I32_MAX,
     TAP,
@@ -51,6 +52,29 @@ def _sizes(example: str, **sizes) -> None:
 def add_one_model(x: np.ndarray, y: np.ndarray, n: int) -> None:
     """The exact arithmetic of kernels/add_one.cc."""
     y[:n] = x[:n] + np.int32(1)
+
+
+def _add_one_rows(x: np.ndarray, y, n) -> np.ndarray:
+    """`add_one_model` for a stack of calls (`iron.design.kernel_batch`)."""
+    return x + np.int32(1)
+
+
+def _write_first(row: np.ndarray, x, y: np.ndarray, n: int) -> None:
+    y[:n] = row[:n]
+
+
+def _whole_line(x, y: np.ndarray, n: int) -> bool:
+    return n >= y.size
+
+
+batched(
+    add_one_model,
+    reads=(0,),
+    writes=(1,),
+    compute=_add_one_rows,
+    write=_write_first,
+    whole=_whole_line,
+)
 
 
 def add_one_kernel(tile: int) -> Kernel:

@@ -66,6 +66,9 @@ records, in order, each move of elements (from a buffer of the machine to
 others: runtime tensors, then pool slots, by number) and each kernel call
 with its arguments, and a later run replays that record on new data:
 slots and local buffers garbage again, kernel scalars from its parameters.
+A record becomes a program when first replayed (`iron.design.replay`),
+which hands a kernel model with a batch form (`iron.design.kernel_batch`)
+its runs of calls at once.
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ from iron.design.model import (
     require_design,
     walk,
 )
+from iron.design.replay import CALL, MOVE, play, program
 
 # ---- errors ------------------------------------------------------------------------------
 
@@ -855,6 +859,11 @@ class WorkerRun:
         self.label = f"worker {core.worker} at {core.tile}"
         self.held = {fifo: collections.deque() for fifo in ports}
         self.buffers = {b.name: _fresh(b) for b in core.buffers}
+        #: each local buffer's place in the machine's list of buffers (for a replay)
+        self.buffer_refs = {}
+        for name, array in self.buffers.items():
+            self.buffer_refs[name] = len(machine.buffers)
+            machine.buffers.append(array.reshape(-1))
         self.barriers = {b: machine.locks[lock] for b, lock in core.barrier_locks}
         self.calls = [op for op in _walk(core.body) if isinstance(op.op, Call)]
         self.iteration = 0
@@ -963,8 +972,18 @@ class WorkerRun:
         events = self.machine.events
         if events is not None:
             params = tuple((i, a.name) for i, a in enumerate(call.args) if isinstance(a, Param))
-            events.append((CALL, model, args, params, self, lowered, self.iteration))
+            refs = tuple(self._ref(arg) for arg in call.args)
+            events.append((CALL, model, args, params, self, lowered, self.iteration, refs))
         self.acted = True
+
+    def _ref(self, arg):
+        """Which buffer of the machine an argument is, by number (for a
+        replay), None for a scalar."""
+        if isinstance(arg, Obj):
+            return self.ports[arg.fifo].pool.refs[self.held[arg.fifo][arg.index]]
+        if isinstance(arg, Buf):
+            return self.buffer_refs[arg.name]
+        return None
 
     def kernel_error(self, lowered: CoreOp, iteration: int, error: Exception) -> KernelError:
         return KernelError(
@@ -1332,17 +1351,18 @@ class _Machine:
 
 # ---- replaying a recorded run ------------------------------------------------------------
 
-MOVE, MOVE_ONE, CALL = 0, 1, 2  # the kinds of recorded events
-
 
 class _Replay:
-    """A recorded run, to replay on new data: its moves of elements (from a
-    buffer of the machine to others, by number) and its kernel calls, in
-    order, over the machine's own pools and local buffers."""
+    """A recorded run, to replay on new data: its moves of elements and its
+    kernel calls as a program (`iron.design.replay`), over the machine's own
+    pools and local buffers."""
 
     def __init__(self, machine: _Machine):
-        self.events = _compiled(machine.events)
         self.names = [t.name for t in machine.design.tensors]
+        # made into a program when first replayed: many records never are (a
+        # KV cache's write at each position)
+        self.events: list | None = machine.events
+        self.program: list | None = None
         # a record keeps no run's tensors (its calls' workers lead back to the machine)
         self.buffers = machine.buffers
         self.buffers[: len(self.names)] = [None] * len(self.names)
@@ -1365,64 +1385,13 @@ class _Replay:
             else:
                 np.copyto(array, buffer.initial_value, casting="unsafe")
         buffers = self.buffers
+        if self.program is None:
+            self.program, self.events = program(self.events, buffers, len(self.names)), None
         buffers[: len(self.names)] = [arrays[name].reshape(-1) for name in self.names]
         try:
-            self._replay(buffers, params)
+            play(self.program, buffers, params)
         finally:
             buffers[: len(self.names)] = [None] * len(self.names)
-
-    def _replay(self, buffers: list, params: dict[str, int]) -> None:
-        for event in self.events:
-            kind = event[0]
-            if kind == MOVE_ONE:
-                buffers[event[3]][event[4]] = buffers[event[1]][event[2]]
-            elif kind == MOVE:
-                chunk = buffers[event[1]][event[2]]
-                for target, at in event[3]:
-                    buffers[target][at] = chunk
-            else:
-                _, model, args, named, worker, lowered, iteration = event
-                if named:
-                    args = list(args)
-                    for i, name in named:
-                        args[i] = params[name]
-                try:
-                    model(*args)
-                except Exception as error:
-                    raise worker.kernel_error(lowered, iteration, error) from error
-
-
-def _compiled(events: list) -> list:
-    """The recorded events with each move to one buffer as a `MOVE_ONE`, and
-    such moves that continue one another (from and to the next elements of
-    the same buffers) joined into one."""
-    out: list = []
-    for event in events:
-        if event[0] != MOVE or len(event[3]) != 1:
-            out.append(event)
-            continue
-        _, ref, index, ((target, at),) = event
-        last = out[-1] if out else None
-        if (
-            last is not None
-            and last[0] == MOVE_ONE
-            and (last[1], last[3]) == (ref, target)
-            and index.__class__ is slice
-            and at.__class__ is slice
-            and last[2].__class__ is slice
-            and last[4].__class__ is slice
-            and (last[2].stop, last[4].stop) == (index.start, at.start)
-        ):
-            out[-1] = (
-                MOVE_ONE,
-                ref,
-                slice(last[2].start, index.stop),
-                target,
-                slice(last[4].start, at.stop),
-            )
-        else:
-            out.append((MOVE_ONE, ref, index, target, at))
-    return out
 
 
 class _Writes:

@@ -44,6 +44,7 @@ from iron.design import (
     aie_runtime_lib,
     shipped,
 )
+from iron.design.kernel_batch import batched
 from iron.design.lut_based_ops import tanh_bf16 as tanh_lut
 
 #: the one line length mlir-aie's add, mul, relu, silu and gelu kernels
@@ -77,6 +78,12 @@ def set_rounding_model() -> None:
     """iron_set_rounding_conv_even moves no data; the models round as it sets."""
 
 
+def _no_results(*args) -> None:
+    """The batch form of a kernel that moves no data: nothing to compute or write."""
+
+
+batched(set_rounding_model, reads=(), writes=(), compute=_no_results, write=_no_results)
+
 #: iron_set_rounding_conv_even(): every later float -> bf16 conversion on the
 #: core rounds to nearest even (a core boots in floor; mlir-aie's kernels
 #: never set the mode, so a design calls this before them)
@@ -101,6 +108,31 @@ def add_model(a, b, y, n=FIXED_LINE):
 def mul_model(a, b, y, n=FIXED_LINE):
     """The exact product, one rounding."""
     y[:n] = (_f32(a[:n]) * _f32(b[:n])).astype(bf16)
+
+
+def _add_lines(a, b, y, n=None):
+    """`add_model` for a stack of calls (every element of each line: a call
+    writes its first n)."""
+    return (_f32(a) + _f32(b)).astype(bf16)
+
+
+def _mul_lines(a, b, y, n=None):
+    """`mul_model` for a stack of calls."""
+    return (_f32(a) * _f32(b)).astype(bf16)
+
+
+def _write_binary(line, a, b, y, n=FIXED_LINE):
+    y[:n] = line[:n]
+
+
+def _whole_line(a, b, y, n=FIXED_LINE) -> bool:
+    return n >= y.size
+
+
+for _model, _lines in ((add_model, _add_lines), (mul_model, _mul_lines)):
+    batched(
+        _model, reads=(0, 1), writes=(2,), compute=_lines, write=_write_binary, whole=_whole_line
+    )
 
 
 def relu_model(x, y, n=FIXED_LINE):

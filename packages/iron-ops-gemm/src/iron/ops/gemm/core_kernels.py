@@ -27,11 +27,16 @@ from iron.core import bf16
 from iron.core.numerics import round_to_bf16
 from iron.design import Kernel, Memref, Scalar, aie_kernels, shipped
 from iron.design.block_float import quantize
+from iron.design.kernel_batch import batched
 
 #: accumulator element type per input element type
 ACCUMULATOR = {"bf16": "f32", "i8": "i32"}
 #: float32 lanes of our kernels' accumulators (aie::accum<accfloat, 16>)
 LANES = 16
+#: products from which `lane_dots` adds step by step across all its dots
+#: (a numpy call per step) rather than by a cumsum (the partial sums of
+#: every step kept): the same additions, faster for a replay's stacks
+STEPWISE = 1 << 15
 #: the k (or head_dim) one MAC of the matmul shapes takes: s of r x s x t
 BLOCK_K = 8
 
@@ -61,7 +66,12 @@ def lane_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ... in order (one rounding per step), then `sum_lanes`."""
     products = np.asarray(a, np.float32) * np.asarray(b, np.float32)  # exact
     steps = products.reshape(*products.shape[:-1], -1, LANES)
-    return sum_lanes(np.cumsum(steps, axis=-2, dtype=np.float32)[..., -1, :])
+    if products.size < STEPWISE:
+        return sum_lanes(np.cumsum(steps, axis=-2, dtype=np.float32)[..., -1, :])
+    lanes = steps[..., 0, :].copy()  # the same additions, a step across every dot at a time
+    for step in range(1, steps.shape[-2]):
+        lanes += steps[..., step, :]
+    return sum_lanes(lanes)
 
 
 def block_product(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -218,6 +228,29 @@ def matvec_model(a, x, y, row_offset, *, rows, k):
     y[row_offset : row_offset + rows] = lane_dots(A, x[None, :]).astype(bf16)
 
 
+def _matvec_rows(a, x, y, row_offset, *, rows, k):
+    """`matvec_model`'s dots for a stack of calls: (calls, rows) bf16."""
+    return lane_dots(a.reshape(-1, rows, k), x[:, None, :]).astype(bf16)
+
+
+def _matvec_write(dots, a, x, y, row_offset, *, rows, k):
+    y[row_offset : row_offset + rows] = dots
+
+
+def _matvec_whole(a, x, y, row_offset, *, rows, k) -> bool:
+    return row_offset == 0 and rows == y.size
+
+
+batched(
+    matvec_model,
+    reads=(0, 1),
+    writes=(2,),
+    compute=_matvec_rows,
+    write=_matvec_write,
+    whole=_matvec_whole,
+)
+
+
 def matvec_kernel(rows, k, out_rows) -> Kernel:
     model = functools.partial(matvec_model, rows=rows, k=k)
     args = (Memref(rows * k, "bf16"), Memref(k, "bf16"), Memref(out_rows, "bf16"), Scalar("i32"))
@@ -241,6 +274,46 @@ def scores_model(q, keys, scores, first, valid, *, heads, groups, head_dim, posi
         qf = q.reshape(groups, per_group, 1, head_dim)
         dots = lane_dots(qf, k.transpose(1, 0, 2)[:, None, :, :])  # (groups, per_group, live)
         out[:, :live] = (dots.reshape(heads, live) * np.float32(scale)).astype(bf16)
+
+
+def _scores_rows(q, keys, scores, first, valid, *, heads, groups, head_dim, positions, scale):
+    """`scores_model` for a stack of calls: the dots of the calls with live
+    rows, over the most any of them has, then 0 where a call's position is
+    at or past its `valid` (what a call never reads may hold anything: those
+    dots are dropped)."""
+    per_group = heads // groups
+    live = np.clip(valid - first, 0, positions)
+    out = np.zeros((len(q), heads, positions), bf16)
+    calls = np.flatnonzero(live)
+    if calls.size:
+        width = int(live.max())
+        k = keys[calls].reshape(-1, positions, groups, head_dim)[:, :width]
+        qf = q[calls].reshape(-1, groups, per_group, 1, head_dim)
+        with np.errstate(all="ignore"):
+            dots = lane_dots(qf, k.transpose(0, 2, 1, 3)[:, :, None])
+            scaled = (dots.reshape(-1, heads, width) * np.float32(scale)).astype(bf16)
+        kept = np.arange(width) < live[calls][:, None]
+        out[calls, :, :width] = np.where(kept[:, None, :], scaled, np.zeros((), bf16))
+    return out
+
+
+def _write_whole(result, *args, **sizes):
+    """Write the third argument (the output object) whole."""
+    args[2][...] = result.reshape(args[2].shape)
+
+
+def _always(*args, **sizes) -> bool:
+    return True
+
+
+batched(
+    scores_model,
+    reads=(0, 1),
+    writes=(2,),
+    compute=_scores_rows,
+    write=_write_whole,
+    whole=_always,
+)
 
 
 def _gqa_flags(heads, groups, head_dim, positions):
