@@ -51,8 +51,9 @@ class Stream:
 class Streams:
     """Configurations and streams of a session (see the module docstring).
     `cache` (a `CompileCache`, or None: memory only) holds their entries;
-    `configurations` and `streams` count what this instance lowered (a
-    compile-cache hit counts none); the last `KEPT` streams stay in memory."""
+    `configurations` and `streams` count what this instance lowered (each
+    at most once: a repeat is served from memory); the last `KEPT` streams
+    stay in memory."""
 
     KEPT = 64
 
