@@ -8,9 +8,11 @@ import attrs
 import numpy as np
 import pytest
 
-from iron.core import Device, bf16, compare
+from iron.core import Device, OperatorError, bf16, compare
 from iron.dispatch import Session, graph
 from iron.dispatch.cache import CompileCache
+from iron.ops.eltwise.chunk_copy import ChunkCopy
+from iron.ops.eltwise.mem_copy import MemCopy
 from iron.ops.flm.decode_layer import DecodeLayer
 from iron.ops.flm.gemm import FLMGemm
 from iron.ops.flm.lm_head import LMHead
@@ -162,3 +164,52 @@ def test_every_projection_of_the_sweep_shares_the_configuration(tmp_path):
             projection(session, k, n).compile(a=((256, k), bf16))
         streams = session.library.streams
         assert (streams.configurations, streams.streams) == (1, len(PROJECTIONS))
+
+
+# ---- ChunkCopy ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "sim"])
+def test_one_chunk_copy_image_serves_n_3_1_16_3(backend, tmp_path):
+    """The copy lands in a state that persists across calls, so each call's
+    result depends on the n before it too; the reference runs the same
+    calls on its own copy."""
+    op = ChunkCopy(chunk=256, max_chunks=16)
+    x = np.random.default_rng(4).standard_normal(op.chunk * op.max_chunks).astype(bf16)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend=backend, device="npu2", session=session)
+        def copy(g, x, *, n):
+            y = g.state("y", x.shape)
+            g(op, x, y, n=n)
+            return g(MemCopy(size=x.shape[0]), y)
+
+        want = np.zeros_like(x)
+        for n in (3, 1, 16, 3):
+            want = op.reference(x - n, want, n=n)
+            assert np.array_equal(copy(x - n, n=n).view(np.uint16), want.view(np.uint16)), n
+        assert len(copy.versions) == 1  # one image
+        if backend == "sim":
+            streams = session.library.streams
+            assert (streams.configurations, streams.streams) == (1, 3)  # n = 3 twice: cached
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "sim"])
+def test_a_bad_dispatch_time_value_is_refused_before_anything_runs(backend, tmp_path):
+    op = ChunkCopy(chunk=256, max_chunks=16)
+    x = np.ones(op.chunk * op.max_chunks, bf16)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend=backend, device="npu2", session=session)
+        def copy(g, x, *, n):
+            y = g(MemCopy(size=x.shape[0]), x)  # a step before the bad one
+            out = g.state("y", x.shape)
+            g(op, y, out, n=n)
+            return g(MemCopy(size=x.shape[0]), out)
+
+        copy(x, n=2)
+        before = copy.versions[next(iter(copy.versions))].executable.buffers["output"].host.copy()
+        with pytest.raises(OperatorError, match=r"ChunkCopy: n=17: between 1 and max_chunks=16"):
+            copy(x * 2, n=17)
+        after = copy.versions[next(iter(copy.versions))].executable.buffers["output"].host
+        assert np.array_equal(before, after)  # nothing ran

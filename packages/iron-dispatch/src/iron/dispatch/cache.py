@@ -78,6 +78,7 @@ MANIFEST_FIELDS = {
     "format": ("a string",), "key": ("a string",), "files": ("an object",),
     "created": ("a number",), "repaired": ("a string",), "name": ("a string",),
     "backend": ("a string",), "mode": ("a string",), "kind": ("a string",),
+    "configuration": ("a string",), "statements": ("an integer",),
 }  # fmt: skip
 
 
