@@ -213,3 +213,19 @@ def test_a_bad_dispatch_time_value_is_refused_before_anything_runs(backend, tmp_
             copy(x * 2, n=17)
         after = copy.versions[next(iter(copy.versions))].executable.buffers["output"].host
         assert np.array_equal(before, after)  # nothing ran
+
+
+def test_a_design_parameter_whose_member_is_left_unset_is_refused():
+    """Softmax's `valid` carries the member of that name; unbound and None
+    it has no word to give (it used to be read as any integer field)."""
+    from iron.ops.eltwise.softmax import Softmax
+
+    @graph(backend="sim", device="npu2")
+    def soft(g, x):
+        return g(Softmax(rows=4, cols=64), x)
+
+    with pytest.raises(
+        ValueError,
+        match=r"parameter 'valid' carries Softmax's per-call member 'valid', which this step leaves unset",
+    ):
+        soft(np.zeros((4, 64), bf16))

@@ -37,15 +37,18 @@ def step_values(bindings, words) -> dict[str, int]:
 
 def member_bindings(op: Operator, words, constants) -> tuple[Binding, ...]:
     """Every per-call member of `op`: its word, its constant, else its
-    declared default (the field value the reference sees unbound)."""
+    declared default (the field value the reference sees unbound); a
+    member left None (no value: Softmax's `valid` over whole rows) is not
+    bound at all."""
     bound, fixed = dict(words), dict(constants)
     out = []
     for member in op.per_call_members():
         if member in bound:
             out.append((member, bound[member], 0))
-        else:
-            value = fixed.get(member, getattr(op, member))
-            out.append((member, -1, 0 if value is None else int(value)))
+            continue
+        value = fixed.get(member, getattr(op, member))
+        if value is not None:
+            out.append((member, -1, int(value)))
     return tuple(out)
 
 
@@ -71,6 +74,12 @@ def member_params(
                     f"{type(op).__name__} provides no runtime_params(**values)"
                 )
             continue
+        if member in op.per_call_members() and member not in by_member:
+            raise BindingError(
+                f"{where}: design {design.name} parameter {name!r} carries "
+                f"{type(op).__name__}'s per-call member {member!r}, which this step leaves "
+                "unset: bind it to a per-call value or give it one"
+            )
         if member not in by_member:
             raise BindingError(
                 f"{where}: design {design.name} parameter {name!r} carries member {member!r}, "
