@@ -86,13 +86,16 @@ def stream_costs(root: Path) -> tuple[list[float], list[float]]:
     return builds, generated
 
 
-def best(fn, repeats: int) -> float:
-    times = []
+def interleaved(fns, repeats: int) -> list[float]:
+    """The best time of each of `fns`, called in turn `repeats` times (so
+    the machine's load falls on all alike)."""
+    best = [float("inf")] * len(fns)
     for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return min(times)
+        for i, fn in enumerate(fns):
+            started = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - started)
+    return best
 
 
 def call_costs(repeats: int) -> tuple[float, float]:
@@ -120,7 +123,7 @@ def call_costs(repeats: int) -> tuple[float, float]:
         return whole.run(tensors, params)
 
     assert np.array_equal(on_stream()["C"].view(np.uint16), on_image()["C"].view(np.uint16))
-    return best(on_stream, repeats), best(on_image, repeats)
+    return tuple(interleaved([on_stream, on_image], repeats))
 
 
 def measure(repeats: int) -> list[tuple[str, str]]:

@@ -109,13 +109,19 @@ def design_params(op: Operator, design: Design, values: Mapping[str, int]) -> di
 
 
 def per_call_checks(steps) -> list:
-    """(operator, bindings) of each image step whose values are bound per
-    call: what `check_calls` validates before a call dispatches anything."""
-    return [(s.op, s.bindings) for s in steps if s.words]
+    """(operator, its per-call members' defaults, bindings) of each image
+    step whose values are bound per call: what `check_calls` validates
+    before a call dispatches anything."""
+    return [
+        (s.op, {m: getattr(s.op, m) for m in s.op.per_call_members()}, s.bindings)
+        for s in steps
+        if s.words
+    ]
 
 
 def check_calls(checks, words) -> None:
-    """Every step's per-call values checked by its operator's `check_call`
-    (an `OperatorError` naming the operator, value and rule)."""
-    for op, bindings in checks:
-        op.check_call(**step_values(bindings, words))
+    """Every step's per-call values (unbound ones at their defaults)
+    checked by its operator's `check_call` (an `OperatorError` naming the
+    operator, value and rule)."""
+    for op, defaults, bindings in checks:
+        op.check_call(**{**defaults, **step_values(bindings, words)})
