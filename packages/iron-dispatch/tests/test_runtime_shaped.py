@@ -12,6 +12,7 @@ from iron.core import Device, OperatorError, bf16, compare
 from iron.core.cli import main
 from iron.dispatch import Session, graph
 from iron.dispatch.cache import CompileCache
+from iron.dispatch.program import Program
 from iron.ops.eltwise.chunk_copy import ChunkCopy
 from iron.ops.eltwise.mem_copy import MemCopy
 from iron.ops.eltwise.strided_copy import StridedCopy
@@ -241,3 +242,23 @@ def test_a_design_parameter_whose_member_is_left_unset_is_refused():
         match=r"parameter 'valid' carries Softmax's per-call member 'valid', which this step leaves unset",
     ):
         soft(np.zeros((4, 64), bf16))
+
+
+def test_a_runtime_shaped_program_step_reads_back_from_its_json(tmp_path):
+    op = ChunkCopy(chunk=256, max_chunks=16)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend="sim", device="npu2", session=session)
+        def copy(g, x, *, n):
+            y = g.state("y", x.shape)
+            g(op, x, y, n=n)
+            return g(MemCopy(size=x.shape[0]), y)
+
+        version = copy.compile(((op.chunk * op.max_chunks,), bf16))
+        (program,) = version.image.programs
+        step = program.steps[0]
+        assert step.stream and step.values == (("n", 0, 0),) and step.params == ()
+        assert Program.from_json(program.to_json()) == program
+        text = program.to_json().replace('"stream":true', '"stream":1')
+        with pytest.raises(ValueError, match=r"steps\[0\]\.stream"):
+            Program.from_json(text)
