@@ -142,8 +142,9 @@ def measure(repeats: int) -> list[tuple[str, str]]:
         ("streams generated", str(streams)),
         (
             "new stream, warm configuration: generate + cache",
-            f"median {statistics.median(generated):.1f} ms, largest {max(generated):.1f} ms "
-            f"(goal < 5 ms: {'met' if max(generated) < 5 else 'not met'} by the largest M)",
+            f"median {statistics.median(generated):.1f} ms, largest {max(generated):.1f} ms; "
+            f"goal < 5 ms met by {sum(t < 5 for t in generated)} of {len(generated)} "
+            "(the sequence's lowering grows with its statements: M x N)",
         ),
         (
             "the design at a new M (the image's compile builds it)",
