@@ -168,8 +168,11 @@ def write_artifacts(
         if any(s.device is None for s in program.steps):
             continue
         if not xclbin:
-            (staging / f"program{i}.mlir").write_text(program_mlir(program, image.designs))
-            emitted += 1
+            # a runtime-shaped step's sequence and derived words come per
+            # call (`iron.dispatch.streams`): no one fused module holds them
+            if not any(s.stream for s in program.steps):
+                (staging / f"program{i}.mlir").write_text(program_mlir(program, image.designs))
+                emitted += 1
         elif (constants := static_constants(program)) is not None:
             step = program.steps[0]
             key = (step.digest, tuple(sorted(constants.items())))  # 16 layers: one module each
@@ -184,6 +187,12 @@ def write_artifacts(
         if hosted:
             raise FusionError(
                 f"{image.name}: {image.design_summary()}; aiecc compiles designs only"
+            )
+        shaped = sorted({s.operator for p in image.programs for s in p.steps if s.stream})
+        if shaped and not xclbin:
+            raise FusionError(
+                f"{image.name}: runtime-shaped steps ({', '.join(shaped)}) take an instruction "
+                "stream per call, which only the xclbin packaging loads; a full ELF cannot"
             )
         built = {
             name: kernel_object(recipe, name, toolchain, cache) for name, recipe in objects.items()

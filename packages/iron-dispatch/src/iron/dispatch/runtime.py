@@ -29,6 +29,7 @@ from iron.dispatch.executable import StepReport, evaluate, kernel
 from iron.dispatch.image import Image
 from iron.dispatch.memory import DeviceBuffer, view
 from iron.dispatch.pipeline import program_kernel, stream_constants
+from iron.dispatch.values import check_calls, per_call_checks, step_values
 
 log = logging.getLogger("iron.dispatch")
 
@@ -76,6 +77,7 @@ class XrtExecutable:
         for buffer in buffers.values():
             buffer.attach(xrt, self.xrt_device)
         self.trace_bo = xrt.bo(self.xrt_device, image.trace_size) if image.trace_size else None
+        self._checks = per_call_checks(image.steps)
         self._generation = None
         self._open()
         self._references = (
@@ -131,9 +133,10 @@ class XrtExecutable:
             run.get_ctrl_scratchpad_bo().sync(self.xrt.TO_DEVICE, scratchpad.nbytes, 0)
 
     def __call__(self, values: Mapping[str, int]) -> None:
+        words = evaluate(self.image.parameters, values)
+        check_calls(self._checks, words)  # before anything moves
         self._bind()
         self.buffers["input"].sync_to_device()
-        words = evaluate(self.image.parameters, values)
         if words.size:
             out_of_range = [int(w) for w in words if not -(2**31) <= w < 2**31]
             if out_of_range:
@@ -186,8 +189,7 @@ class XrtExecutable:
 
     def _judge(self, index: int, inputs, words) -> None:
         step = self.image.steps[index]
-        values = {m: int(words[w]) for m, w in step.words}
-        values.update(step.constants)
+        values = step_values(step.bindings, words)
         expected = self._references[index](*inputs, **values)
         got = self._arrays(index, step.writes)
         op = attrs.evolve(step.op, **values) if values else step.op

@@ -37,10 +37,14 @@ class SimBackend(CompilingBackend):
         library.designs.update(image.designs)
         for program in image.programs:
             for step in program.steps:
+                op = image.steps[step.index].op
                 if step.device is not None and step.digest not in library.designs:
                     # a cache hit builds no design; the device needs it to run
-                    op = image.steps[step.index].op
                     library.designs[step.digest] = step_design(op, program.name)
+                if step.stream:
+                    library.operators[step.digest] = op
+                    if all(w < 0 for _, w, _ in step.values):  # its values are the image's
+                        library.stream(step.digest, {m: c for m, _, c in step.values})
                 if step.host is not None and step.host not in library.hosts:
                     library.hosts[step.host] = kernel(
                         image.steps[step.index].op, use_device_model=True
