@@ -25,7 +25,13 @@ from iron.core import Operator, dtype_name, files
 from iron.design import Design, design_of, has_design
 from iron.design.model import element_type
 from iron.dispatch.identity import digest
-from iron.dispatch.values import BindingError, derived_params, member_bindings, member_params
+from iron.dispatch.values import (
+    BindingError,
+    member_bindings,
+    member_params,
+    runtime_shaped,
+    step_values,
+)
 
 #: runtime arguments of every program, in order; "trace" only when traced
 ARGUMENTS = ("input", "output", "scratch", "trace")
@@ -202,7 +208,7 @@ def _bindings_of(step, design: Design | None, where: str) -> dict:
         params = member_params(step.op, design, members, where)
     except BindingError as error:
         raise FusionError(str(error)) from None
-    shaped = bool(derived_params(design)) or callable(getattr(type(step.op), "sequence", None))
+    shaped = runtime_shaped(step.op)
     return {"params": params, "values": members if shaped else (), "stream": shaped}
 
 
@@ -251,6 +257,15 @@ def plan_programs(image, designs: dict) -> tuple[Program, ...]:
         words = tuple(range(len(image.parameters)))
         return (Program(name=image.name, steps=tuple(steps), words=words, **common),)
     return tuple(_one_step(f"{image.name}.step{s.index}", s, common) for s in steps)
+
+
+def call_values(program: Program, words) -> tuple[dict[str, int], dict[str, int]]:
+    """A one-step program's parameter words and dispatch-time values for
+    one call (`words`: the image's parameter words, evaluated for it),
+    read through the program's own words by `step_values`."""
+    step = program.steps[0]
+    local = [words[w] for w in program.words]
+    return step_values(step.params, local), step_values(step.values, local)
 
 
 def _one_step(name: str, step: ProgramStep, common: dict) -> Program:

@@ -42,7 +42,8 @@ class Session:
     def __init__(self, *, cache: CompileCache | Path | str | None = None) -> None:
         self.cache = cache if isinstance(cache, CompileCache) else CompileCache(cache)
         self.sources = Sources()
-        self.library = Library(Streams(self.cache))
+        self.streams = Streams(self.cache)  # configurations and streams: the one owner
+        self.library = Library(self.streams)
         self.host = HostKernels()
         self._backends: dict = {}
         self._lock = threading.Lock()

@@ -360,15 +360,26 @@ class SimXclbinContext:
         self.device, self.xclbin = device, xclbin
 
 
-def stream(xclbin_uuid: str, kernel: str, program: Program, constants: dict) -> np.ndarray:
+def stream(xclbin_uuid: str, kernel: str, program: Program, params: dict, values: dict):
     """The simulated instruction stream of a one-step program for one
-    call's `constants`: the program with its parameters folded in (what an
-    instructions-only compile bakes into the real stream) under a header
-    naming the xclbin and kernel it was made for, as UTF-8 JSON padded
-    with zeros to whole 32-bit words."""
+    call's `params` and dispatch-time `values` (`program.call_values`):
+    the program with both folded in (what an instructions-only compile
+    bakes into the real stream; a runtime-shaped step's sequence and
+    derived words then come from `Library.stream` at those values) under a
+    header naming the xclbin and kernel it was made for, as UTF-8 JSON
+    padded with zeros to whole 32-bit words."""
     step = program.steps[0]
-    params = tuple((n, -1, int(constants[n])) for n, _, _ in step.params)
-    folded = attrs.evolve(program, steps=(attrs.evolve(step, params=params),), words=())
+    folded = attrs.evolve(
+        program,
+        steps=(
+            attrs.evolve(
+                step,
+                params=tuple((n, -1, int(params[n])) for n, _, _ in step.params),
+                values=tuple((m, -1, int(values[m])) for m, _, _ in step.values),
+            ),
+        ),
+        words=(),
+    )
     text = json.dumps({"xclbin": xclbin_uuid, "kernel": kernel, "program": folded.to_json()})
     data = text.encode()
     return np.frombuffer(data + b"\0" * (-len(data) % 4), np.uint32)

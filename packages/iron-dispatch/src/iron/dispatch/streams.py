@@ -2,9 +2,10 @@
 operator's dispatch-time values; only the runtime sequence (on an NPU, the
 instruction stream) is generated per distinct value, and cached by it.
 
-A step is runtime-shaped when its design has derived parameters (declared
-without a member: see `iron.dispatch.values`) or its operator builds the
-sequence per values (`sequence(**values)`, returning its design at them). Its configuration is what
+A step is runtime-shaped when its operator says so
+(`iron.dispatch.values.runtime_shaped`: it provides `sequence(**values)`,
+its design at those values, or `runtime_params(**values)`, the words of
+its design's derived parameters). Its configuration is what
 iron-design's `lower` splits off (`Configuration.digest()`); a stream is the
 design's runtime sequence for one operator at one set of values, lowered
 against that configuration alone (`iron.design.lower.lower_stream`, the
@@ -13,6 +14,11 @@ compile-cache entries of their own kinds (``configuration``: the
 configuration's canonical text; ``stream``: the sequence's and the
 parameter words for the values), so `iron cache info` lists them apart and
 a new value never lowers, nor compiles, the configuration again.
+
+`Streams` is also the one owner of the instruction streams an xclbin's
+steps run (`instructions`): one per `stream_key`, the step's design and
+the call's parameters and values, kept for the session's executables (a
+decode's offsets make one per position).
 
 Where a design's sequence depends on the values, the operator's design
 function builds it at those values (its configuration must be the step's:
@@ -29,6 +35,7 @@ import threading
 from collections.abc import Mapping
 
 import attrs
+import numpy as np
 
 from iron.core import Operator
 from iron.design import Design, design_of, lower
@@ -57,17 +64,38 @@ class Streams:
     stay in memory."""
 
     KEPT = 64
+    #: instruction streams kept in memory (one made again costs a compile
+    #: on npu, cached on disk, or a few microseconds on sim)
+    KEPT_INSTRUCTIONS = 256
 
     def __init__(self, cache=None) -> None:
         self.cache = cache
         self._lowered: dict[str, tuple[Lowered, str]] = {}  # key -> (lowered, digest)
         self._streams: collections.OrderedDict[tuple, Stream] = collections.OrderedDict()
+        self._instructions: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.configurations = self.streams = 0
 
     def clear(self) -> None:
         self._lowered.clear()
         self._streams.clear()
+        self._instructions.clear()
+
+    def instructions(self, key: tuple, make) -> np.ndarray:
+        """The instruction words of the stream `key` names (`stream_key`,
+        with whatever else the words depend on): `make()` once, then from
+        memory while among the last `KEPT_INSTRUCTIONS`."""
+        with self._lock:
+            found = self._instructions.get(key)
+            if found is not None:
+                self._instructions.move_to_end(key)
+                return found
+        words = np.ascontiguousarray(make(), np.uint32)
+        with self._lock:
+            self._instructions[key] = words
+            if len(self._instructions) > self.KEPT_INSTRUCTIONS:
+                self._instructions.popitem(last=False)
+        return words
 
     def configuration(self, op: Operator, design: Design) -> tuple[Lowered, str]:
         """`design` lowered and its configuration's digest: compiled once
@@ -144,6 +172,13 @@ def _design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
     if all(getattr(op, k) == v for k, v in values.items()):
         return base
     return design_of(attrs.evolve(op, **values))
+
+
+def stream_key(step, params: Mapping[str, int], values: Mapping[str, int]) -> tuple:
+    """Which stream a call of one-step program `step` (a `ProgramStep`)
+    runs: its design (or host model) with the call's parameter words and
+    dispatch-time values (`iron.dispatch.program.call_values`)."""
+    return (step.digest or step.host, tuple(sorted(params.items())), tuple(sorted(values.items())))
 
 
 def configuration_key(op: Operator, design: Design) -> str:

@@ -52,6 +52,24 @@ def member_bindings(op: Operator, words, constants) -> tuple[Binding, ...]:
     return tuple(out)
 
 
+def runtime_shaped(op: Operator) -> bool:
+    """Whether `op` is runtime-shaped: its runtime sequence or its design's
+    derived parameter words follow its dispatch-time values, so a step of
+    it takes a stream generated per values (`iron.dispatch.streams`). It
+    declares so by providing `sequence(**values)` (its design at those
+    values) or `runtime_params(**values)` (the derived words); every
+    per-call member of such an operator is a dispatch-time value. The one
+    meaning of both: packaging's rule, the program's steps and the device
+    all ask this."""
+    cls = type(op)
+    return any(callable(getattr(cls, name, None)) for name in ("sequence", "runtime_params"))
+
+
+def dispatch_time_members(op: Operator) -> tuple[str, ...]:
+    """The per-call members of `op` fixed at dispatch time (see `runtime_shaped`)."""
+    return tuple(op.per_call_members()) if runtime_shaped(op) else ()
+
+
 def derived_params(design: Design) -> tuple[str, ...]:
     """The design's parameters that carry no member: derived per values."""
     return tuple(p for p in design.params if design.member(p) is None)
