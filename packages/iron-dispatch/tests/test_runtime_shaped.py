@@ -255,10 +255,68 @@ def test_a_runtime_shaped_program_step_reads_back_from_its_json(tmp_path):
             return g(MemCopy(size=x.shape[0]), y)
 
         version = copy.compile(((op.chunk * op.max_chunks,), bf16))
-        (program,) = version.image.programs
+        program = version.image.programs[0]  # an xclbin: a program per step
         step = program.steps[0]
         assert step.stream and step.values == (("n", 0, 0),) and step.params == ()
         assert Program.from_json(program.to_json()) == program
         text = program.to_json().replace('"stream":true', '"stream":1')
         with pytest.raises(ValueError, match=r"steps\[0\]\.stream"):
             Program.from_json(text)
+
+
+# ---- packaging ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_runtime_shaped_graphs_are_xclbins_with_a_stream_per_step_on_both_devices(device, tmp_path):
+    """The original's rule: a step with a dispatch-time value makes the
+    image an xclbin (a stream per step), also on npu2 where a graph without
+    one is a fused full ELF; a fused full ELF is refused, naming the rule."""
+    from iron.dispatch.packaging import PackagingError
+
+    op = ChunkCopy(chunk=256, max_chunks=16)
+    gemm = FLMGemm(M=256, K=512, N=1024, b_format="bf16")  # npu1 has no block floats
+    packed = gemm.resolve(Device.from_name(device)).pack_b(np.ones((512, 1024), np.float32))
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend="sim", device=device, session=session)
+        def copy(g, x, *, n):
+            y = g.state("y", x.shape)
+            g(op, x, y, n=n)
+            return g(MemCopy(size=x.shape[0]), y)
+
+        @graph(backend="sim", device=device, session=session)
+        def project(g, a):
+            return g(gemm, a, g.weight("b", packed))
+
+        copy.compile(((op.chunk * op.max_chunks,), bf16))
+        project.compile(((256, 512), bf16))
+        for f, said in [(copy, "step 0 (ChunkCopy) binds n per call"),
+                        (project, "step 0 (FLMGemm) is runtime-shaped")]:  # fmt: skip
+            (version,) = f.versions.values()
+            assert (version.plan.image, version.plan.dispatch) == ("xclbin", "separate")
+            assert f"dispatch-time value: {said}" in version.plan.reasons[0]
+            assert len(version.image.programs) == len(version.runlist.steps)
+            assert version.image.programs[0].steps[0].stream
+
+        @graph(backend="sim", device=device, session=session, mode="fused")
+        def fused(g, a):
+            return g(gemm, a, g.weight("b", packed))
+
+        with pytest.raises(PackagingError, match=r"dispatch='fused' .* refused: dispatch-time"):
+            fused.compile(((256, 512), bf16))
+
+
+def test_a_new_m_on_the_xclbin_plan_is_one_new_instruction_stream(tmp_path):
+    """Three calls at two M on npu2's xclbin plan: one configuration, a
+    stream per M, and one instruction stream per M (the repeat reuses it)."""
+    K, N = 512, 1024
+    with Session(cache=tmp_path) as session:
+        project = projection(session, K, N)
+        rng = np.random.default_rng(5)
+        for m in (256, 512, 256):
+            project(rng.standard_normal((m, K)).astype(bf16))
+        assert {v.plan.image for v in project.versions.values()} == {"xclbin"}
+        streams = session.streams
+        assert (streams.configurations, streams.streams) == (1, 2)
+        assert len(streams._instructions) == 2
