@@ -156,6 +156,17 @@ def param_uses(design: Design) -> dict[str, frozenset[str]]:
     return {p: frozenset(u) for p, u in uses.items()}
 
 
+def member_uses(design: Design) -> dict[str, frozenset[str]]:
+    """Each per-call member's uses (`param_uses`) through the parameters
+    the design declares carry it (`Design.member`), never by name."""
+    found: dict[str, frozenset[str]] = {}
+    for param, used in param_uses(design).items():
+        member = design.member(param)
+        if member is not None:
+            found[member] = found.get(member, frozenset()) | used
+    return found
+
+
 def lowering(plan: Plan, runlist, design_of) -> tuple[Lowering, ...]:
     """How each bound per-call member of `runlist` reaches the device in an
     image of `plan`; `design_of(op)` is the step's design (None: a host
@@ -169,7 +180,7 @@ def lowering(plan: Plan, runlist, design_of) -> tuple[Lowering, ...]:
             if plan.image == "xclbin":
                 if step.op not in uses:
                     design = design_of(step.op)
-                    uses[step.op] = None if design is None else param_uses(design)
+                    uses[step.op] = None if design is None else member_uses(design)
                 used = uses[step.op]
                 if used is None:
                     how = "host"
