@@ -61,7 +61,7 @@ def compiled(root: Path) -> tuple[int, int, int, float]:
             if (k, n) not in graphs:
                 graphs[k, n] = projection(session, k, n)
             graphs[k, n].compile(((m, k), bf16))
-        streams = session.library.streams
+        streams = session.streams
         versions = sum(len(f.versions) for f in graphs.values())
         return streams.configurations, streams.streams, versions, time.perf_counter() - started
 

@@ -320,3 +320,37 @@ def test_a_new_m_on_the_xclbin_plan_is_one_new_instruction_stream(tmp_path):
         streams = session.streams
         assert (streams.configurations, streams.streams) == (1, 2)
         assert len(streams._instructions) == 2
+
+
+def test_an_xclbin_stream_folds_the_calls_values_and_links_refuse_core_read_words(tmp_path):
+    """A runtime-shaped step's simulated stream carries the call's values
+    (the device takes its sequence at them from `Library.stream`); its
+    xclbin link takes the derived words as per call, so FLMGemm's, which
+    its cores read, are refused until runtime-parameter buffers are emitted."""
+    import json
+
+    from iron.dispatch.pipeline import link_constants
+    from iron.dispatch.program import FusionError
+    from iron.dispatch.sim_xrt import stream
+
+    op = ChunkCopy(chunk=256, max_chunks=16)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend="sim", device="npu2", session=session)
+        def copy(g, x, *, n):
+            y = g.state("y", x.shape)
+            g(op, x, y, n=n)
+            return g(MemCopy(size=x.shape[0]), y)
+
+        version = copy.compile(((op.chunk * op.max_chunks,), bf16))
+        program = version.image.programs[0]
+        words = stream("u" * 32, program.steps[0].device, program, {}, {"n": 5})
+        text = words.view(np.uint8).tobytes().rstrip(b"\0").decode()
+        folded = Program.from_json(json.loads(text)["program"])
+        assert folded.steps[0].values == (("n", -1, 5),) and folded.words == ()
+        assert link_constants(version.image.designs[program.steps[0].digest], program) == {}
+
+        gemm = projection(session, 512, 1024).compile(a=((256, 512), bf16))
+        program = gemm.image.programs[0]
+        with pytest.raises(FusionError, match=r"parameter clamp_hi of FLMGemm_\w+ is a per-call"):
+            link_constants(gemm.image.designs[program.steps[0].digest], program)
