@@ -12,7 +12,9 @@ A design declares each runtime parameter by what it carries
 without one, a value derived from the operator's dispatch-time values by
 its `runtime_params(**values)`. `member_params` binds the first kind to the
 member's own binding; nothing is matched by name or found by probing the
-operator's attributes.
+operator's attributes. `runtime_shaped` is the one test of whether an
+operator's values shape its stream (packaging's dispatch-time rule, the
+program's steps and the device all ask it).
 """
 
 from __future__ import annotations
