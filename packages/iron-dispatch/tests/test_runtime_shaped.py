@@ -247,13 +247,7 @@ def test_a_design_parameter_whose_member_is_left_unset_is_refused():
 def test_a_runtime_shaped_program_step_reads_back_from_its_json(tmp_path):
     op = ChunkCopy(chunk=256, max_chunks=16)
     with Session(cache=tmp_path) as session:
-
-        @graph(backend="sim", device="npu2", session=session)
-        def copy(g, x, *, n):
-            y = g.state("y", x.shape)
-            g(op, x, y, n=n)
-            return g(MemCopy(size=x.shape[0]), y)
-
+        copy = chunk_copier(op, session, device="npu2")
         version = copy.compile(((op.chunk * op.max_chunks,), bf16))
         program = version.image.programs[0]  # an xclbin: a program per step
         step = program.steps[0]
@@ -267,6 +261,18 @@ def test_a_runtime_shaped_program_step_reads_back_from_its_json(tmp_path):
 # ---- packaging ------------------------------------------------------------------------
 
 
+def chunk_copier(op, session, device="npu2"):
+    """A graph copying `op`'s n chunks into a state, then returning it."""
+
+    @graph(backend="sim", device=device, session=session)
+    def copy(g, x, *, n):
+        y = g.state("y", x.shape)
+        g(op, x, y, n=n)
+        return g(MemCopy(size=x.shape[0]), y)
+
+    return copy
+
+
 @pytest.mark.parametrize("device", ["npu1", "npu2"])
 def test_runtime_shaped_graphs_are_xclbins_with_a_stream_per_step_on_both_devices(device, tmp_path):
     """The original's rule: a step with a dispatch-time value makes the
@@ -278,12 +284,7 @@ def test_runtime_shaped_graphs_are_xclbins_with_a_stream_per_step_on_both_device
     gemm = FLMGemm(M=256, K=512, N=1024, b_format="bf16")  # npu1 has no block floats
     packed = gemm.resolve(Device.from_name(device)).pack_b(np.ones((512, 1024), np.float32))
     with Session(cache=tmp_path) as session:
-
-        @graph(backend="sim", device=device, session=session)
-        def copy(g, x, *, n):
-            y = g.state("y", x.shape)
-            g(op, x, y, n=n)
-            return g(MemCopy(size=x.shape[0]), y)
+        copy = chunk_copier(op, session, device=device)
 
         @graph(backend="sim", device=device, session=session)
         def project(g, a):
@@ -335,13 +336,7 @@ def test_an_xclbin_stream_folds_the_calls_values_and_links_refuse_core_read_word
 
     op = ChunkCopy(chunk=256, max_chunks=16)
     with Session(cache=tmp_path) as session:
-
-        @graph(backend="sim", device="npu2", session=session)
-        def copy(g, x, *, n):
-            y = g.state("y", x.shape)
-            g(op, x, y, n=n)
-            return g(MemCopy(size=x.shape[0]), y)
-
+        copy = chunk_copier(op, session, device="npu2")
         version = copy.compile(((op.chunk * op.max_chunks,), bf16))
         program = version.image.programs[0]
         words = stream("u" * 32, program.steps[0].device, program, {}, {"n": 5})
