@@ -186,9 +186,14 @@ def test_per_call_values_reach_an_xclbin_as_new_streams_cached_by_value():
     x = np.arange(SIZE, dtype=np.int32)
     for pos in (3, 1, 3):
         assert np.array_equal(f(x, pos=pos), x + pos + 1)
-    made = version.executable._made
-    assert sorted(c for (i, c) in made if i == 0) == [(("k", 0),), (("k", 1),), (("k", 3),)]
-    assert [c for (i, c) in made if i == 1] == [()]  # AddOne's one static stream
+    # the session's Streams keeps them: per entry and step, by stream_key
+    made = [key for key in f.session.streams._instructions if key[0] == version.image.xclbin]
+    assert sorted(p for (_, i, (_, p, _)) in made if i == 0) == [
+        (("k", 0),),
+        (("k", 1),),
+        (("k", 3),),
+    ]
+    assert [p for (_, i, (_, p, _)) in made if i == 1] == [()]  # AddOne's one static stream
 
 
 def test_the_simulated_xclbin_refuses_foreign_and_unsynced_streams():
@@ -198,10 +203,10 @@ def test_the_simulated_xclbin_refuses_foreign_and_unsynced_streams():
     kernel = executable.runs[0]
     args = executable._arguments()
     program = version.image.programs[0]
-    good = stream(kernel.context.xclbin.uuid, kernel.name, program, {"k": 2})
+    good = stream(kernel.context.xclbin.uuid, kernel.name, program, {"k": 2}, {})
     for uuid, name, rule in [("f" * 32, kernel.name, "does not belong to the loaded xclbin"),
                              (kernel.context.xclbin.uuid, "other", "does not belong")]:  # fmt: skip
-        foreign = stream(uuid, name, program, {"k": 2})
+        foreign = stream(uuid, name, program, {"k": 2}, {})
         bo = xrt.instruction_bo(device, foreign.nbytes, kernel)
         np.frombuffer(bo.map(), np.uint32)[: foreign.size] = foreign
         bo.sync(xrt.TO_DEVICE, foreign.nbytes, 0)
@@ -290,12 +295,12 @@ def test_cache_info_shows_each_entrys_packaging(capsys):
 
 
 def test_an_xclbin_keeps_its_most_recent_streams(monkeypatch):
-    from iron.dispatch.runtime import XclbinExecutable
+    from iron.dispatch.streams import Streams
 
-    monkeypatch.setattr(XclbinExecutable, "KEPT", 3)
-    f, version = loaded()
+    monkeypatch.setattr(Streams, "KEPT_INSTRUCTIONS", 3)
+    f, _ = loaded()
     x = np.arange(SIZE, dtype=np.int32)
     for pos in (1, 2, 3, 4, 2):
         assert np.array_equal(f(x, pos=pos), x + pos + 1)
-    kept = list(version.executable._made)
+    kept = [(i, p) for (_, i, (_, p, _)) in f.session.streams._instructions]
     assert kept == [(0, (("k", 3),)), (0, (("k", 4),)), (0, (("k", 2),))]

@@ -146,8 +146,8 @@ def test_the_runtime_calls_pyxrt_as_an_xclbin_wants(monkeypatch, npu_stack):
     image = version.image
     made = []
 
-    def streams(index, constants):
-        made.append((index, constants))
+    def streams(index, params, values):
+        made.append((index, params, values))
         return np.arange(4 + index, dtype=np.uint32)  # a stream of 4 or 5 words
 
     executable = XclbinExecutable(
@@ -163,7 +163,7 @@ def test_the_runtime_calls_pyxrt_as_an_xclbin_wants(monkeypatch, npu_stack):
     executable({"pos": 7})
     executable({"pos": 7})  # the same values: the same streams, already on the device
     executable({"pos": 8})
-    assert made == [(0, {"k": 7}), (1, {}), (0, {"k": 8})]
+    assert made == [(0, {"k": 7}, {}), (1, {}, {}), (0, {"k": 8}, {})]
     instructions = [c for c in calls if c[0] == "bo" and c[2] == "cacheable"]
     assert instructions == [("bo", 16, "cacheable", 11), ("bo", 20, "cacheable", 11),
                             ("bo", 16, "cacheable", 11)]  # group_id(1) of each kernel  # fmt: skip

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import attrs
 
-from iron.core import Device, Operator
+from iron.core import Device
 from iron.design import Design
 from iron.design.model import Loop, Param, walk
+from iron.dispatch.values import dispatch_time_members, runtime_shaped
 
 IMAGES = ("elf", "xclbin")
 #: None: one dispatch for the whole sequence; "each_step": one per step
@@ -41,18 +42,6 @@ BOUNDARIES_ASKED = "step boundaries asked for"
 
 class PackagingError(ValueError):
     """A caller forced an image or a dispatch that a packaging rule forbids."""
-
-
-def dispatch_time_members(op: Operator) -> tuple[str, ...]:
-    """The per-call members of `op` fixed at dispatch time: they shape the
-    step's runtime sequence, so only a stream generated per call can carry
-    them. A runtime-shaped operator declares itself so: it builds its
-    sequence per values (``sequence(**values)``) or derives its design's
-    parameter words from them (``runtime_params``); all its per-call
-    members are then dispatch-time values."""
-    cls = type(op)
-    shaped = any(callable(getattr(cls, name, None)) for name in ("sequence", "runtime_params"))
-    return tuple(op.per_call_members()) if shaped else ()
 
 
 @attrs.frozen
@@ -120,11 +109,12 @@ def rules(device: Device, runlist, boundaries=None, dispatch="auto") -> list[str
     """Each rule that makes `runlist`'s image on `device` an xclbin, said in full."""
     reasons = []
     for index, step in enumerate(runlist.steps):
-        members = [m for m in dispatch_time_members(step.op) if m in step.bindings]
-        if members:
+        if runtime_shaped(step.op):
+            members = [m for m in dispatch_time_members(step.op) if m in step.bindings]
+            said = f"binds {', '.join(members)} per call" if members else "is runtime-shaped"
             reasons.append(
-                f"{DISPATCH_TIME}: step {index} ({type(step.op).__name__}) binds "
-                f"{', '.join(members)} per call, so its stream is generated per call"
+                f"{DISPATCH_TIME}: step {index} ({type(step.op).__name__}) {said}, so its "
+                "stream is generated per values"
             )
             break
     if device is not None and device.name == "npu1":
@@ -166,6 +156,17 @@ def param_uses(design: Design) -> dict[str, frozenset[str]]:
     return {p: frozenset(u) for p, u in uses.items()}
 
 
+def member_uses(design: Design) -> dict[str, frozenset[str]]:
+    """Each per-call member's uses (`param_uses`) through the parameters
+    the design declares carry it (`Design.member`), never by name."""
+    found: dict[str, frozenset[str]] = {}
+    for param, used in param_uses(design).items():
+        member = design.member(param)
+        if member is not None:
+            found[member] = found.get(member, frozenset()) | used
+    return found
+
+
 def lowering(plan: Plan, runlist, design_of) -> tuple[Lowering, ...]:
     """How each bound per-call member of `runlist` reaches the device in an
     image of `plan`; `design_of(op)` is the step's design (None: a host
@@ -179,7 +180,7 @@ def lowering(plan: Plan, runlist, design_of) -> tuple[Lowering, ...]:
             if plan.image == "xclbin":
                 if step.op not in uses:
                     design = design_of(step.op)
-                    uses[step.op] = None if design is None else param_uses(design)
+                    uses[step.op] = None if design is None else member_uses(design)
                 used = uses[step.op]
                 if used is None:
                     how = "host"

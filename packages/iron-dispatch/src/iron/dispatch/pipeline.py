@@ -55,6 +55,7 @@ from iron.dispatch.identity import digest
 from iron.dispatch.image import Image
 from iron.dispatch.packaging import param_uses
 from iron.dispatch.program import FusionError, Program
+from iron.dispatch.values import derived_params
 
 #: aiecc flags every fused program takes beyond `aiecc_command`'s: expand
 #: the children's PDI loads inline, as IRON's fused full ELF does
@@ -168,8 +169,11 @@ def write_artifacts(
         if any(s.device is None for s in program.steps):
             continue
         if not xclbin:
-            (staging / f"program{i}.mlir").write_text(program_mlir(program, image.designs))
-            emitted += 1
+            # a runtime-shaped step's sequence and derived words come per
+            # call (`iron.dispatch.streams`): no one fused module holds them
+            if not any(s.stream for s in program.steps):
+                (staging / f"program{i}.mlir").write_text(program_mlir(program, image.designs))
+                emitted += 1
         elif (constants := static_constants(program)) is not None:
             step = program.steps[0]
             key = (step.digest, tuple(sorted(constants.items())))  # 16 layers: one module each
@@ -184,6 +188,12 @@ def write_artifacts(
         if hosted:
             raise FusionError(
                 f"{image.name}: {image.design_summary()}; aiecc compiles designs only"
+            )
+        shaped = sorted({s.operator for p in image.programs for s in p.steps if s.stream})
+        if shaped and not xclbin:
+            raise FusionError(
+                f"{image.name}: runtime-shaped steps ({', '.join(shaped)}) take an instruction "
+                "stream per call, which only the xclbin packaging loads; a full ELF cannot"
             )
         built = {
             name: kernel_object(recipe, name, toolchain, cache) for name, recipe in objects.items()
@@ -232,33 +242,36 @@ def xclbin_record(image: Image) -> dict:
 
 
 def static_constants(program: Program) -> dict[str, int] | None:
-    """A one-step program's parameters when all are constants (its stream
-    is compiled once), else None (a stream per call's values)."""
-    params = program.steps[0].params
-    return None if any(w >= 0 for _, w, _ in params) else {n: c for n, _, c in params}
-
-
-def stream_constants(program: Program, words) -> dict[str, int]:
-    """A one-step program's parameters for this call: `words` are the
-    image's parameter words, evaluated for the call's values."""
-    return {n: int(words[program.words[w]]) if w >= 0 else c for n, w, c in program.steps[0].params}
+    """A one-step program's parameters when all are constants and its
+    step is not runtime-shaped (its stream is compiled once), else None (a
+    stream per call's values)."""
+    step = program.steps[0]
+    if step.stream or any(w >= 0 for _, w, _ in step.params):
+        return None
+    return {n: c for n, _, c in step.params}
 
 
 def link_constants(design: Design, program: Program) -> dict[str, int]:
     """What the xclbin link folds in for each parameter: a constant as
-    bound; 0 for a per-call offset, which only the stream carries. A
-    per-call value a core reads needs a runtime-parameter buffer the
-    sequence writes, which this MLIR does not emit yet: refused."""
-    uses, constants = param_uses(design), {}
-    for name, word, constant in program.steps[0].params:
-        if word >= 0 and "core" in uses.get(name, ()):
+    bound; 0 for a per-call offset (a runtime-shaped step's derived words
+    are per call too), which only the stream carries. A per-call value a
+    core reads needs a runtime-parameter buffer the sequence writes, which
+    this MLIR does not emit yet: refused."""
+    step = program.steps[0]
+    per_call = {n for n, w, _ in step.params if w >= 0}
+    if step.stream:
+        per_call.update(derived_params(design))
+    fixed = {n: c for n, w, c in step.params if w < 0}
+    uses = param_uses(design)
+    for name in sorted(per_call):
+        if "core" in uses.get(name, ()):
+            instead = "" if step.stream else " (use a full ELF: mode='fused')"
             raise FusionError(
-                f"{program.name}: parameter {name} of {program.steps[0].device} is a per-call "
-                "value its core reads; on an xclbin that is a runtime-parameter write by the "
-                "sequence, which IRON's MLIR does not emit yet (use a full ELF: mode='fused')"
+                f"{program.name}: parameter {name} of {step.device} is a per-call value its "
+                "core reads; on an xclbin that is a runtime-parameter write by the sequence, "
+                f"which IRON's MLIR does not emit yet{instead}"
             )
-        constants[name] = constant if word < 0 else 0
-    return constants
+    return {name: fixed.get(name, 0) for name in design.params}
 
 
 def _xclbin_chain(staging: Path, image: Image, objects: dict[str, Path], toolchain) -> None:

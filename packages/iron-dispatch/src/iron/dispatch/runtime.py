@@ -15,7 +15,6 @@ operator's reference on the bytes the device had before the step.
 
 from __future__ import annotations
 
-import collections
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +27,9 @@ from iron.design import ELF_KERNEL
 from iron.dispatch.executable import StepReport, evaluate, kernel
 from iron.dispatch.image import Image
 from iron.dispatch.memory import DeviceBuffer, view
-from iron.dispatch.pipeline import program_kernel, stream_constants
+from iron.dispatch.pipeline import program_kernel
+from iron.dispatch.program import call_values
+from iron.dispatch.values import check_calls, per_call_checks, step_values
 
 log = logging.getLogger("iron.dispatch")
 
@@ -76,6 +77,7 @@ class XrtExecutable:
         for buffer in buffers.values():
             buffer.attach(xrt, self.xrt_device)
         self.trace_bo = xrt.bo(self.xrt_device, image.trace_size) if image.trace_size else None
+        self._checks = per_call_checks(image.steps)
         self._generation = None
         self._open()
         self._references = (
@@ -131,9 +133,10 @@ class XrtExecutable:
             run.get_ctrl_scratchpad_bo().sync(self.xrt.TO_DEVICE, scratchpad.nbytes, 0)
 
     def __call__(self, values: Mapping[str, int]) -> None:
+        words = evaluate(self.image.parameters, values)
+        check_calls(self._checks, words)  # before anything moves
         self._bind()
         self.buffers["input"].sync_to_device()
-        words = evaluate(self.image.parameters, values)
         if words.size:
             out_of_range = [int(w) for w in words if not -(2**31) <= w < 2**31]
             if out_of_range:
@@ -186,8 +189,7 @@ class XrtExecutable:
 
     def _judge(self, index: int, inputs, words) -> None:
         step = self.image.steps[index]
-        values = {m: int(words[w]) for m, w in step.words}
-        values.update(step.constants)
+        values = step_values(step.bindings, words)
         expected = self._references[index](*inputs, **values)
         got = self._arrays(index, step.writes)
         op = attrs.evolve(step.op, **values) if values else step.op
@@ -214,14 +216,12 @@ class XclbinExecutable(XrtExecutable):
     per step a kernel of the xclbin (its device block) called with its
     instruction buffer and the buffer's length in words first, then the
     consolidated buffers. There is no scratchpad: a step that takes
-    per-call values gets a stream made for them by `streams(index,
-    constants) -> uint32 words` (cached here by value); a step without
-    any has one stream for every call. Each step's stream goes into an
-    instruction buffer, rewritten and synced when its values change."""
-
-    #: streams kept in memory per executable (a stream made again costs a
-    #: compile on npu, cached on disk, or a few microseconds on sim)
-    KEPT = 256
+    per-call values (or is runtime-shaped) runs a stream made for the
+    call's parameters and values by `streams(index, params, values) ->
+    uint32 words` (which the session's `iron.dispatch.streams.Streams`
+    keeps); a step without any has one stream for every call. Each step's
+    stream goes into an instruction buffer, rewritten and synced when its
+    values change."""
 
     def __init__(self, image, buffers, xrt, *, streams, poison=False, device=None) -> None:
         self.streams = streams
@@ -235,9 +235,7 @@ class XclbinExecutable(XrtExecutable):
         xrt.register_xclbin(self.xrt_device, xclbin)
         context = xrt.hw_context(self.xrt_device, xclbin.get_uuid())
         self.runs = [xrt.xclbin_kernel(context, program_kernel(p)) for p in image.programs]
-        # (step, constants) -> its stream, the most recently used last
-        self._made: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
-        self._loaded: list = [None] * len(self.runs)  # per step: (constants, instruction bo)
+        self._loaded: list = [None] * len(self.runs)  # per step: (call, instruction bo, words)
         self._args: list = []
 
     def _bind(self) -> None:
@@ -250,21 +248,15 @@ class XclbinExecutable(XrtExecutable):
 
     def _stream(self, index: int, words):
         """The step's instruction buffer for this call's values, and its words."""
-        constants = tuple(sorted(stream_constants(self.image.programs[index], words).items()))
+        params, values = call_values(self.image.programs[index], words)
         loaded = self._loaded[index]
-        if loaded is not None and loaded[0] == constants:
+        if loaded is not None and loaded[0] == (params, values):
             return loaded[1], loaded[2]
-        key = (index, constants)
-        if key not in self._made:
-            self._made[key] = np.ascontiguousarray(self.streams(index, dict(constants)), np.uint32)
-            if len(self._made) > self.KEPT:  # a decode's offsets: one stream per position
-                self._made.popitem(last=False)
-        self._made.move_to_end(key)
-        stream = self._made[key]
+        stream = self.streams(index, params, values)
         bo = self.xrt.instruction_bo(self.xrt_device, stream.nbytes, self.runs[index])
         np.frombuffer(bo.map(), np.uint8)[: stream.nbytes] = stream.view(np.uint8)
         bo.sync(self.xrt.TO_DEVICE, stream.nbytes, 0)
-        self._loaded[index] = (constants, bo, stream.size)
+        self._loaded[index] = ((params, values), bo, stream.size)
         return bo, stream.size
 
     def _launch(self, index: int, words) -> None:

@@ -20,8 +20,11 @@
 - A run executes the program step by step: a step with a design runs
   its `iron.design.Simulator` (one per design, in the library: a later
   run replays the first) on the device-side bytes of its views, with its
-  parameters read from the run's control scratchpad; a step without one
-  runs its operator's host model on the same bytes. A traced program gets
+  parameters read from the run's control scratchpad; a runtime-shaped
+  step runs its configuration with the stream of the call's values and
+  their derived words (`iron.dispatch.streams`, a simulator per stream);
+  a step without a design runs its operator's host model on the same
+  bytes. A traced program gets
   one `TRACE_RECORD` per step in its trace buffer.
 
 - An xclbin (`xclbin(path)`: its kernels as JSON) is registered on the
@@ -39,8 +42,10 @@ stream (the simulated one names the step and its values).
 
 from __future__ import annotations
 
+import collections
 import json
 import struct
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,7 +53,7 @@ import attrs
 import numpy as np
 
 from iron.alloc import align_up
-from iron.core import IN, OUT, Device, as_dtype, files, registry
+from iron.core import IN, OUT, Device, Operator, as_dtype, files, registry
 from iron.design import Design, Simulator
 from iron.design.aiecc import ELF_KERNEL
 from iron.dispatch.cache import read_json
@@ -56,6 +61,8 @@ from iron.dispatch.executable import kernel
 from iron.dispatch.image import PARAMETER_WORDS
 from iron.dispatch.pipeline import OPERATORS
 from iron.dispatch.program import Program, step_design
+from iron.dispatch.streams import Streams
+from iron.dispatch.values import step_values
 
 #: a trace record: the device block's name (UTF-8, zero-padded), the step's
 #: start and end in simulated ticks (one tick per 32-bit word moved to or
@@ -97,15 +104,38 @@ class SimBufferObject:
 class Library:
     """The code behind programs: designs by digest, host models by key."""
 
-    def __init__(self) -> None:
+    def __init__(self, streams: Streams | None = None) -> None:
         self.designs: dict[str, Design] = {}
         self.hosts: dict[str, Callable] = {}
         self.simulators: dict[str, Simulator] = {}  # made on first run, replayed after
+        #: runtime-shaped steps: the operator behind each such design, and
+        #: one simulator per stream (the configuration with that stream)
+        self.operators: dict[str, Operator] = {}
+        self.streams = streams if streams is not None else Streams()
+        self._streamed: collections.OrderedDict[tuple, Simulator] = collections.OrderedDict()
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
         self.designs.clear()
         self.hosts.clear()
         self.simulators.clear()
+        self.operators.clear()
+        self._streamed.clear()
+        self.streams.clear()
+
+    def stream(self, digest: str, values: dict[str, int]) -> tuple[Simulator, dict[str, int]]:
+        """The simulator of the runtime-shaped design `digest` with the
+        stream for `values`, and the parameter words it reads."""
+        stream = self.streams.stream(self.operators[digest], self.designs[digest], values)
+        key = (digest, tuple(sorted(values.items())))
+        with self._lock:  # graph functions of one session share the library
+            simulator = self._streamed.get(key)
+            if simulator is None or simulator.lowered is not stream.lowered:
+                simulator = Simulator(stream.lowered.design, lowered=stream.lowered)
+                self._streamed[key] = simulator
+                if len(self._streamed) > Streams.KEPT:
+                    self._streamed.popitem(last=False)
+            return simulator, stream.params
 
     def simulator(self, digest: str) -> Simulator:
         """The simulator of the design `digest` names."""
@@ -144,6 +174,7 @@ class Library:
                         f"here than the {name[:12]} it was compiled with (its code changed)"
                     )
                 self.designs[name] = design
+                self.operators[name] = op
             else:
                 self.hosts[name] = kernel(op, use_device_model=True)
 
@@ -216,16 +247,18 @@ class SimRun:
         for number, (step, arrays) in enumerate(zip(program.steps, self._bound())):
             if step.device is None:
                 moved = self._host_step(library.hosts[step.host], step, arrays, words)
+            elif step.stream:
+                simulator, params = library.stream(step.digest, step_values(step.values, words))
+                moved = self._design_step(simulator, params, arrays)
             else:
-                moved = self._design_step(library.simulator(step.digest), step, arrays, words)
+                params = step_values(step.params, words)
+                moved = self._design_step(library.simulator(step.digest), params, arrays)
             self._trace(number, step.device or f"host:{step.operator}", moved)
 
-    def _design_step(self, simulator: Simulator, step, arrays, words) -> int:
+    def _design_step(self, simulator: Simulator, params: dict[str, int], arrays) -> int:
         design = simulator.design
         pairs = zip(design.tensors, arrays)
-        run = simulator.run(
-            {t.name: a for t, a in pairs if t.direction is not OUT}, _values(step, words)
-        )
+        run = simulator.run({t.name: a for t, a in pairs if t.direction is not OUT}, params)
         for tensor, array in zip(design.tensors, arrays):
             if tensor.direction is not IN:
                 array[...] = run[tensor.name]
@@ -233,7 +266,7 @@ class SimRun:
         return ddr.read + ddr.written
 
     def _host_step(self, model: Callable, step, arrays, words) -> int:
-        outputs = model(*(arrays[i] for i in step.reads), **_values(step, words))
+        outputs = model(*(arrays[i] for i in step.reads), **step_values(step.params, words))
         for i, out in zip(step.writes, outputs):
             arrays[i][...] = out
         return sum(arrays[i].nbytes for i in (*step.reads, *step.writes))
@@ -283,10 +316,6 @@ def _rebuilt(program: str, path: Path, name: str, record):
     return op
 
 
-def _values(step, words) -> dict[str, int]:
-    return {name: int(words[w]) if w >= 0 else c for name, w, c in step.params}
-
-
 def read_trace(data) -> list[dict]:
     """The records of a simulated trace buffer, up to the first empty one."""
     records = []
@@ -331,15 +360,26 @@ class SimXclbinContext:
         self.device, self.xclbin = device, xclbin
 
 
-def stream(xclbin_uuid: str, kernel: str, program: Program, constants: dict) -> np.ndarray:
+def stream(xclbin_uuid: str, kernel: str, program: Program, params: dict, values: dict):
     """The simulated instruction stream of a one-step program for one
-    call's `constants`: the program with its parameters folded in (what an
-    instructions-only compile bakes into the real stream) under a header
-    naming the xclbin and kernel it was made for, as UTF-8 JSON padded
-    with zeros to whole 32-bit words."""
+    call's `params` and dispatch-time `values` (`program.call_values`):
+    the program with both folded in (what an instructions-only compile
+    bakes into the real stream; a runtime-shaped step's sequence and
+    derived words then come from `Library.stream` at those values) under a
+    header naming the xclbin and kernel it was made for, as UTF-8 JSON
+    padded with zeros to whole 32-bit words."""
     step = program.steps[0]
-    params = tuple((n, -1, int(constants[n])) for n, _, _ in step.params)
-    folded = attrs.evolve(program, steps=(attrs.evolve(step, params=params),), words=())
+    folded = attrs.evolve(
+        program,
+        steps=(
+            attrs.evolve(
+                step,
+                params=tuple((n, -1, int(params[n])) for n, _, _ in step.params),
+                values=tuple((m, -1, int(values[m])) for m, _, _ in step.values),
+            ),
+        ),
+        words=(),
+    )
     text = json.dumps({"xclbin": xclbin_uuid, "kernel": kernel, "program": folded.to_json()})
     data = text.encode()
     return np.frombuffer(data + b"\0" * (-len(data) % 4), np.uint32)

@@ -21,6 +21,7 @@ from iron.dispatch.image import PARAMETER_WORDS
 from iron.dispatch.pipeline import compile_stream
 from iron.dispatch.program import step_design
 from iron.dispatch.runtime import XclbinExecutable, XrtExecutable
+from iron.dispatch.streams import stream_key
 from iron.dispatch.xrt import PyXrt
 
 
@@ -31,6 +32,7 @@ class NpuBackend(CompilingBackend):
 
     def __init__(self, session) -> None:
         super().__init__(session)
+        self.streams = session.streams
         self._xrt = None
 
     def close(self) -> None:
@@ -69,24 +71,34 @@ class NpuBackend(CompilingBackend):
 
     def _streams(self, image):
         """Each step's stream: its static one from the compile, else an
-        instructions-only compile against the xclbin for the call's values
-        (a cache entry of its own, keyed by the design and the values)."""
-        toolchain, cache = self.toolchain(), self.cache
+        instructions-only compile against the xclbin for the call's
+        parameters and values (a cache entry of its own, keyed by
+        `stream_key`), kept by the session's `Streams`. A runtime-shaped
+        step's design and words at the values come from `Streams.stream`."""
+        toolchain, cache, streams = self.toolchain(), self.cache, self.streams
 
-        def streams(index: int, constants: dict) -> np.ndarray:
-            if image.elves[index]:
-                return np.frombuffer(files.read_bytes(image.elves[index]), np.uint32)
+        def compiled(index: int, params: dict, values: dict) -> np.ndarray:
             program = image.programs[index]
             step = program.steps[0]
-            design = step_design(image.steps[step.index].op, program.name)
-            mlir = xclbin_mlir(design, step.device, constants)
+            op = image.steps[step.index].op
+            design = step_design(op, program.name)
+            if step.stream:
+                shaped = streams.stream(op, design, values)
+                design, params = shaped.lowered.design, shaped.params
+            mlir = xclbin_mlir(design, step.device, params)
 
             def build(staging: Path) -> dict:
                 compile_stream(mlir, staging / "stream.bin", toolchain, program.name)
                 return {"name": program.name}
 
-            key = digest(f"stream {step.digest} {step.device} {sorted(constants.items())}")
-            entry, _ = cache.get_or_build(key, build, kind="stream")
+            key = digest(repr(("instructions", step.device, stream_key(step, params, values))))
+            entry, _ = cache.get_or_build(key, build, kind="instructions")
             return np.frombuffer(files.read_bytes(entry / "stream.bin"), np.uint32)
 
-        return streams
+        def instructions(index: int, params: dict, values: dict) -> np.ndarray:
+            if image.elves[index]:
+                return np.frombuffer(files.read_bytes(image.elves[index]), np.uint32)
+            key = (image.xclbin, index, stream_key(image.programs[index].steps[0], params, values))
+            return streams.instructions(key, lambda: compiled(index, params, values))
+
+        return instructions

@@ -20,6 +20,8 @@ from iron.dispatch.pipeline import program_kernel
 from iron.dispatch.program import step_design
 from iron.dispatch.runtime import XclbinExecutable, XrtExecutable
 from iron.dispatch.sim_xrt import SimulatedXrt, stream
+from iron.dispatch.streams import stream_key
+from iron.dispatch.values import step_values
 
 
 class SimBackend(CompilingBackend):
@@ -37,22 +39,29 @@ class SimBackend(CompilingBackend):
         library.designs.update(image.designs)
         for program in image.programs:
             for step in program.steps:
+                op = image.steps[step.index].op
                 if step.device is not None and step.digest not in library.designs:
                     # a cache hit builds no design; the device needs it to run
-                    op = image.steps[step.index].op
                     library.designs[step.digest] = step_design(op, program.name)
+                if step.stream:
+                    library.operators[step.digest] = op
+                    if all(w < 0 for _, w, _ in step.values):  # its values are the image's
+                        library.stream(step.digest, step_values(step.values, ()))
                 if step.host is not None and step.host not in library.hosts:
-                    library.hosts[step.host] = kernel(
-                        image.steps[step.index].op, use_device_model=True
-                    )
+                    library.hosts[step.host] = kernel(op, use_device_model=True)
         if image.mode == "fused":
             return XrtExecutable(image, buffers, self.xrt, poison=poison, device=device)
         record = read_json(Path(image.xclbin))  # the kernels' names and the uuid
         programs = image.programs
 
-        def streams(index: int, constants: dict):
-            kernel = program_kernel(programs[index])
-            return stream(record["uuid"], kernel, programs[index], constants)
+        def streams(index: int, params: dict, values: dict):
+            program = programs[index]
+            kernel = program_kernel(program)
+            # a stream is its program's (the step's views), so per entry and step
+            key = (image.xclbin, index, stream_key(program.steps[0], params, values))
+            return library.streams.instructions(
+                key, lambda: stream(record["uuid"], kernel, program, params, values)
+            )
 
         return XclbinExecutable(
             image, buffers, self.xrt, streams=streams, poison=poison, device=device

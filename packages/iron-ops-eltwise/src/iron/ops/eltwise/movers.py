@@ -25,6 +25,7 @@ from iron.design import (
     Memref,
     Obj,
     ObjectFifo,
+    Param,
     Release,
     Tensor,
     Tile,
@@ -83,7 +84,8 @@ def dma_design(
         links.append(link)
         fills.append(Fill(f"{lane}_in", "x", fill, offset_param=fill_offset))
         drains.append(Drain(f"{lane}_out", "y", drain, wait=True, offset_param=drain_offset))
-    params = tuple(p for p in offset_params if p is not None)
+    # each offset parameter carries the operator's per-call member of its name
+    params = tuple(Param(p, member=p) for p in offset_params if p is not None)
     return Design(
         name, device, tuple(tensors), tuple(fifos), (), (*fills, *drains), tuple(links),
         params=params,
@@ -125,6 +127,15 @@ def strided_copy(
     return dma_design(
         "strided_copy", device, tensors, [lane], dtype, offset_params=("in_offset", "out_offset")
     )
+
+
+def chunk_copy(chunk: int, max_chunks: int, n: int, device: Device, dtype) -> Design:
+    """The first `n` chunks of x into y through one lane whose object is a
+    chunk: the configuration holds no n, the sequence moves n objects."""
+    size = chunk * max_chunks
+    lane = (0, chunk, TAP.linear(n * chunk), TAP.linear(n * chunk))
+    tensors = (Tensor("x", (size,), dtype, IN), Tensor("y", (size,), dtype, INOUT))
+    return dma_design("chunk_copy", device, tensors, [lane], dtype)
 
 
 def repeat(

@@ -1,0 +1,203 @@
+"""Runtime-shaped steps: one device configuration serves every value of an
+operator's dispatch-time values; only the runtime sequence (on an NPU, the
+instruction stream) is generated per distinct value, and cached by it.
+
+A step is runtime-shaped when its operator says so
+(`iron.dispatch.values.runtime_shaped`: it provides `sequence(**values)`,
+its design at those values, or `runtime_params(**values)`, the words of
+its design's derived parameters). Its configuration is what
+iron-design's `lower` splits off (`Configuration.digest()`); a stream is the
+design's runtime sequence for one operator at one set of values, lowered
+against that configuration alone (`iron.design.lower.lower_stream`, the
+instructions-only compile). `Streams` keeps both apart, in memory and as
+compile-cache entries of their own kinds (``configuration``: the
+configuration's canonical text; ``stream``: the sequence's and the
+parameter words for the values), so `iron cache info` lists them apart and
+a new value never lowers, nor compiles, the configuration again.
+
+`Streams` is also the one owner of the instruction streams an xclbin's
+steps run (`instructions`): one per `stream_key`, the step's design and
+the call's parameters and values, kept for the session's executables (a
+decode's offsets make one per position).
+
+Where a design's sequence depends on the values, the operator's design
+function builds it at those values (its configuration must be the step's:
+a design whose configuration moved with a value is refused, naming the
+operator and the values); where only parameter words change (an offset),
+the step is not runtime-shaped and its one sequence serves every call.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from collections.abc import Mapping
+
+import attrs
+import numpy as np
+
+from iron.core import Operator
+from iron.design import Design, design_of, lower
+from iron.design.lower import Lowered, lower_stream
+from iron.design.model import canonical
+from iron.dispatch.identity import digest
+from iron.dispatch.values import design_params
+
+
+class StreamError(ValueError):
+    """A runtime-shaped operator whose stream does not fit its configuration."""
+
+
+@attrs.frozen
+class Stream:
+    configuration: str  # the configuration's digest
+    lowered: Lowered  # the configuration with this call's runtime sequence
+    params: dict[str, int]  # every design parameter's word for these values
+
+
+class Streams:
+    """Configurations and streams of a session (see the module docstring).
+    `cache` (a `CompileCache`, or None: memory only) holds their entries;
+    `configurations` and `streams` count what this instance lowered (each
+    at most once: a repeat is served from memory); the last `KEPT` streams
+    stay in memory."""
+
+    KEPT = 64
+    #: instruction streams kept in memory (one made again costs a compile
+    #: on npu, cached on disk, or a few microseconds on sim)
+    KEPT_INSTRUCTIONS = 256
+
+    def __init__(self, cache=None) -> None:
+        self.cache = cache
+        self._lowered: dict[str, tuple[Lowered, str]] = {}  # key -> (lowered, digest)
+        self._streams: collections.OrderedDict[tuple, Stream] = collections.OrderedDict()
+        self._instructions: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.configurations = self.streams = 0
+
+    def clear(self) -> None:
+        self._lowered.clear()
+        self._streams.clear()
+        self._instructions.clear()
+
+    def instructions(self, key: tuple, make) -> np.ndarray:
+        """The instruction words of the stream `key` names (`stream_key`,
+        with whatever else the words depend on): `make()` once, then from
+        memory while among the last `KEPT_INSTRUCTIONS`."""
+        with self._lock:
+            found = self._instructions.get(key)
+            if found is not None:
+                self._instructions.move_to_end(key)
+                return found
+        words = np.ascontiguousarray(make(), np.uint32)
+        with self._lock:
+            self._instructions[key] = words
+            if len(self._instructions) > self.KEPT_INSTRUCTIONS:
+                self._instructions.popitem(last=False)
+        return words
+
+    def configuration(self, op: Operator, design: Design) -> tuple[Lowered, str]:
+        """`design` lowered and its configuration's digest: compiled once
+        per configuration (`configuration_key`)."""
+        key = configuration_key(op, design)
+        with self._lock:
+            if key not in self._lowered:
+                lowered = lower(design)
+                config = lowered.configuration
+                text = canonical(config)
+                self._entry(
+                    "configuration", digest(text), {"configuration.txt": text}, name=design.name
+                )
+                self._lowered[key] = (lowered, digest(text))
+            return self._lowered[key]
+
+    def stream(self, op: Operator, base: Design, values: Mapping[str, int]) -> Stream:
+        """The stream of `op` at `values` against `base`'s configuration
+        (`base`: the step's design, at the operator's own values)."""
+        key = (op.identity_text(), tuple(sorted(values.items())))
+        with self._lock:
+            found = self._streams.get(key)
+            if found is not None:
+                self._streams.move_to_end(key)
+                return found
+        lowered, configuration = self.configuration(op, base)
+        design = _design_at(op, base, values)
+        if design is not base and _design_key(design) != _design_key(base):
+            raise StreamError(
+                f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
+                f"from the one its image holds ({base.name}); a dispatch-time value may change "
+                "only the runtime sequence and the parameter words"
+            )
+        params = design_params(op, design, values)
+        stream = Stream(configuration, lower_stream(lowered, design), params)
+        # the sequence itself is in the image's entry (designs.json); on an
+        # NPU this entry is where the stream's instructions belong
+        self._entry(
+            "stream",
+            digest(json.dumps([configuration, op.identity_text(), sorted(values.items())])),
+            {"params.json": json.dumps(params, sort_keys=True)},
+            name=f"{base.name} {_label(values) or type(op).__name__}",
+            configuration=configuration,
+            statements=len(design.sequence),
+        )
+        with self._lock:
+            self._streams[key] = stream
+            if len(self._streams) > self.KEPT:
+                self._streams.popitem(last=False)
+        return stream
+
+    def _entry(self, kind: str, key: str, contents: dict[str, str], **meta) -> None:
+        if kind == "configuration":
+            self.configurations += 1
+        else:
+            self.streams += 1
+        if self.cache is None:
+            return
+
+        def build(staging):
+            for name, text in contents.items():
+                (staging / name).write_text(text)
+
+        self.cache.get_or_build(digest(f"{kind}:{key}"), build, kind=kind, **meta)
+
+
+def _design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
+    """The design of `op` at `values`: the operator's `sequence(**values)`
+    where it provides one, else `base` itself at the operator's own values,
+    else its design function at those (`attrs.evolve` runs the operator's
+    checks first)."""
+    if callable(getattr(type(op), "sequence", None)):
+        return op.sequence(**values)
+    if all(getattr(op, k) == v for k, v in values.items()):
+        return base
+    return design_of(attrs.evolve(op, **values))
+
+
+def stream_key(step, params: Mapping[str, int], values: Mapping[str, int]) -> tuple:
+    """Which stream a call of one-step program `step` (a `ProgramStep`)
+    runs: its design (or host model) with the call's parameter words and
+    dispatch-time values (`iron.dispatch.program.call_values`)."""
+    return (step.digest or step.host, tuple(sorted(params.items())), tuple(sorted(values.items())))
+
+
+def configuration_key(op: Operator, design: Design) -> str:
+    """Which configuration `design` (of `op`) makes: the operator's own
+    name for it where it gives one (FLMGemm's `configuration()`, the image
+    stem every shape shares), else what the configuration is lowered from."""
+    named = getattr(type(op), "configuration", None)
+    if callable(named):
+        return f"{type(op).__name__}:{op.configuration()}"
+    return _design_key(design)
+
+
+def _design_key(design: Design) -> str:
+    """What a design's configuration is lowered from (not its runtime
+    tensors nor its sequence): equal keys, equal configurations."""
+    parts = (design.device, design.fifos, design.workers, design.links, design.params,
+             design.barriers, design.members)  # fmt: skip
+    return digest(canonical(parts))
+
+
+def _label(values: Mapping[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(values.items()))
