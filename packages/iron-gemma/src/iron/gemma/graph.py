@@ -60,7 +60,7 @@ from iron.ops.flm import (
 )
 from iron.ops.flm.weights import WeightFormat
 
-__all__ = ["CHUNK", "GemmaGraph", "ROUND", "gemma_graph", "rope_table"]
+__all__ = ["CHUNK", "ROUND", "GemmaGraph", "gemma_graph", "rope_table"]
 
 #: prompt rows per prefill call: FastFlowLM's 512-token chunks
 CHUNK = 512

@@ -19,7 +19,7 @@ import numpy as np
 from iron.gemma.config import GemmaConfig
 from iron.lm.checkpoint import DTYPES, Checkpoint, CheckpointError
 
-__all__ = ["GemmaWeights", "layer_name", "CONDITIONAL_PREFIX"]
+__all__ = ["CONDITIONAL_PREFIX", "GemmaWeights", "layer_name"]
 
 #: where Gemma4ForConditionalGeneration keeps the language model's tensors
 CONDITIONAL_PREFIX = "model.language_model."
