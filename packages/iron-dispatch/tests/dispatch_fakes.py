@@ -216,7 +216,7 @@ def _add_k_design(device, size, tile):
         ),
         workers=(Worker("adder", body),),
         sequence=(Fill("in", "x", TAP.linear(size)), Drain("out", "y", TAP.linear(size))),
-        params=("k",),
+        params=(Param("k", member="k"),),
     )
 
 

@@ -448,6 +448,27 @@ def lower(design: Design) -> Lowered:
     return Lowered(design, configuration, builder.runtime())
 
 
+def lower_stream(lowered: Lowered, design: Design) -> Lowered:
+    """`design` lowered against `lowered`'s configuration, for a design that
+    differs from `lowered.design` only in its runtime sequence and runtime
+    tensors (a runtime-shaped operator at another value of a dispatch-time
+    parameter): only the sequence is lowered again, as an instructions-only
+    compile against an existing image is (placement never touches the
+    sequence, so `lowered`'s placed workers and fifos serve). The
+    configuration is not compared here; the caller that keys streams by it
+    checks that the design makes the same one where it can afford to."""
+    placed = attrs.evolve(lowered.design, tensors=design.tensors, sequence=design.sequence)
+    config = lowered.configuration
+    builder = _Builder(placed)
+    builder.channels, builder.pools, builder.cores = (
+        list(config.channels),
+        list(config.pools),
+        config.cores,
+    )
+    builder.pool_of_link = {p.link: i for i, p in enumerate(config.pools) if p.link is not None}
+    return Lowered(placed, config, builder.runtime())
+
+
 def transfer_unit(lowered: Lowered, task: Task) -> int:
     """Elements a runtime task's fifo moves per object at its other end(s):
     a task moves whole ones. A fill feeds every consumer's channel; a drain

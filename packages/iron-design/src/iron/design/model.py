@@ -682,9 +682,19 @@ def join(name: str, sources, destination: str, offsets, *, tile: Tile | None = N
 
 @attrs.frozen
 class Param:
-    """A per-call runtime parameter (an int32 word of the scratchpad), by name."""
+    """A per-call runtime parameter (an int32 word of the scratchpad), by name.
+
+    In a design's `params`, `member` says what the word carries: the
+    operator's per-call member of that name (`Param("out_offset",
+    member="out_offset")`). A parameter declared without one is derived:
+    the operator's `runtime_params(**values)` computes it from its
+    dispatch-time values (a slab count, a loop trip). Dispatch binds each
+    by what it is, never by matching names."""
 
     name: str
+    member: str | None = attrs.field(
+        default=None, kw_only=True, metadata={"omitted_at_default": True}
+    )
 
 
 @attrs.frozen
@@ -968,11 +978,27 @@ class Design:
     workers: tuple[Worker, ...] = attrs.field(converter=tuple)
     sequence: tuple[Statement, ...] = attrs.field(converter=tuple)
     links: tuple[Link, ...] = attrs.field(default=(), converter=tuple)
+    #: parameter names; a `Param(name, member=...)` here declares what it carries
     params: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     barriers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: (parameter, per-call member it carries); the other parameters are derived
+    members: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=tuple, metadata={"omitted_at_default": True}
+    )
 
     def __attrs_post_init__(self) -> None:
+        if any(isinstance(p, Param) for p in self.params):  # declared by what each carries
+            carried = tuple(
+                (p.name, p.member) for p in self.params if isinstance(p, Param) and p.member
+            )
+            names = tuple(p.name if isinstance(p, Param) else p for p in self.params)
+            object.__setattr__(self, "members", (*self.members, *carried))
+            object.__setattr__(self, "params", names)
         _check_structure(self)
+
+    def member(self, param: str) -> str | None:
+        """The per-call member parameter `param` carries; None: derived."""
+        return dict(self.members).get(param)
 
     # ---- lookups ----
 
@@ -1059,6 +1085,12 @@ def _check_structure(design: Design) -> None:
     _unique(design, "worker", (w.name for w in design.workers))
     _unique(design, "link", (k.name for k in design.links))
     _unique(design, "parameter", design.params)
+    for param, _ in design.members:
+        if param not in design.params:
+            raise DesignError(
+                f"design {design.name}: member of parameter {param!r}, which the design "
+                f"does not declare (params: {', '.join(design.params) or 'none'})"
+            )
     _unique(design, "barrier", design.barriers)
     fifos = {f.name: f for f in design.fifos}
     workers = {w.name: w for w in design.workers}

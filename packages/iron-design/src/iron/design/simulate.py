@@ -254,9 +254,11 @@ class Simulator:
 
     KEPT = 8
 
-    def __init__(self, design: Design):
+    def __init__(self, design: Design, *, lowered: Lowered | None = None):
+        """`lowered`: `design` already lowered (a stream lowered against a
+        configuration, `iron.design.lower.lower_stream`)."""
         require_design("Simulator", design)
-        self.lowered = lower(design)
+        self.lowered = lowered if lowered is not None else lower(design)
         self.design = self.lowered.design  # placed
         self.steering = _steering_params(self.design)
         self._replays: collections.OrderedDict[tuple[int, ...], _Replay] = collections.OrderedDict()

@@ -22,6 +22,7 @@ from iron.core import Operator
 from iron.core.capture import Expr
 from iron.dispatch.image import Image, ImageStep
 from iron.dispatch.memory import DeviceBuffer
+from iron.dispatch.values import step_values
 
 
 def allocate(
@@ -71,19 +72,17 @@ class BoundStep:
     step: ImageStep
     run: Callable
     arrays: list[np.ndarray]
-    constants: dict[str, int]
+    bindings: tuple[tuple[str, int, int], ...]
 
     def values(self, words) -> dict[str, int]:
         """This step's per-call values, read from the parameter words."""
-        values = {member: int(words[w]) for member, w in self.step.words}
-        values.update(self.constants)
-        return values
+        return step_values(self.bindings, words)
 
     def __call__(self, words) -> None:
         step = self.step
-        values = {member: int(words[w]) for member, w in step.words}  # inline: the hot path
-        values.update(self.constants)
-        outputs = self.run(*(self.arrays[i] for i in step.reads), **values)
+        outputs = self.run(
+            *(self.arrays[i] for i in step.reads), **step_values(self.bindings, words)
+        )
         for i, out in zip(step.writes, outputs):
             self.arrays[i][...] = out
 
@@ -94,7 +93,7 @@ def bind(image: Image, buffers: dict[str, DeviceBuffer], use_device_model: bool)
     for index, step in enumerate(image.steps):
         arrays = arguments(step, buffers)
         bound.append(
-            BoundStep(index, step, kernel(step.op, use_device_model), arrays, dict(step.constants))
+            BoundStep(index, step, kernel(step.op, use_device_model), arrays, step.bindings)
         )
     return bound
 

@@ -48,6 +48,13 @@ class ImageStep(NamedTuple):
     words: tuple[tuple[str, int], ...]  # per-call member -> parameter word
     constants: tuple[tuple[str, int], ...]  # per-call member bound to a constant
 
+    @property
+    def bindings(self) -> tuple[tuple[str, int, int], ...]:
+        """The bound members as `iron.dispatch.values` bindings."""
+        return tuple((m, w, 0) for m, w in self.words) + tuple(
+            (m, -1, c) for m, c in self.constants
+        )
+
 
 @attrs.frozen
 class Image:

@@ -148,10 +148,18 @@ def write_artifacts(
     emitted = 0
     for i, program in enumerate(image.programs):
         (staging / f"program{i}.json").write_text(program.to_json())
-        if all(s.device is not None for s in program.steps):
+        # a runtime-shaped step's sequence and derived words come per call
+        # (`iron.dispatch.streams`): no one fused module holds them
+        if all(s.device is not None and not s.stream for s in program.steps):
             (staging / f"program{i}.mlir").write_text(program_mlir(program, image.designs))
             emitted += 1
     if toolchain is not None and image.programs:
+        shaped = sorted({s.operator for p in image.programs for s in p.steps if s.stream})
+        if shaped:
+            raise FusionError(
+                f"{image.name}: runtime-shaped steps ({', '.join(shaped)}) take an instruction "
+                "stream per call, which only the xclbin packaging loads; a full ELF cannot"
+            )
         if emitted < len(image.programs):
             raise FusionError(
                 f"{image.name}: {image.design_summary()}; aiecc compiles designs only"

@@ -22,6 +22,7 @@ from iron.core import Operator, dtype_name, files
 from iron.design import Design, design_of, has_design
 from iron.design.model import element_type
 from iron.dispatch.identity import digest
+from iron.dispatch.values import BindingError, derived_params, member_bindings, member_params
 
 #: runtime arguments of every program, in order; "trace" only when traced
 ARGUMENTS = ("input", "output", "scratch", "trace")
@@ -48,8 +49,14 @@ class ProgramStep:
     args: tuple[ViewOf, ...]
     reads: tuple[int, ...]
     writes: tuple[int, ...]
-    # design parameters (a host step: per-call members): name, word (-1: constant), constant
+    # design parameters carrying a member (a host step: per-call members):
+    # name, word (-1: constant), constant (`iron.dispatch.values`)
     params: tuple[tuple[str, int, int], ...]
+    # the operator's per-call members, bound the same way
+    values: tuple[tuple[str, int, int], ...] = ()
+    # runtime-shaped: derived parameters and the runtime sequence come per
+    # values from `iron.dispatch.streams`
+    stream: bool = False
 
 
 @attrs.frozen
@@ -112,7 +119,7 @@ def _integers(where: str, field: str, value) -> tuple[int, ...]:
 
 
 def _step(where: str, at: str, data) -> ProgramStep:
-    _fields(where, at, data, [f.name for f in attrs.fields(ProgramStep)])
+    _fields(where, at, data, [f.name for f in attrs.fields(ProgramStep)], ["values", "stream"])
     files.expect(where, f"{at}.index", data["index"], "an integer")
     files.expect(where, f"{at}.operator", data["operator"], "a string")
     for field in ("device", "digest", "host"):
@@ -125,18 +132,25 @@ def _step(where: str, at: str, data) -> ProgramStep:
         argument, offset, nbytes = _integers(where, field, view[:3])
         dtype = files.expect(where, f"{field}[3]", view[3], "a string")
         args.append((argument, offset, nbytes, dtype, _integers(where, f"{field}[4]", view[4])))
-    params = []
-    for i, param in enumerate(files.expect(where, f"{at}.params", data["params"], "an array")):
-        field = f"{at}.params[{i}]"
-        if not isinstance(param, list) or len(param) != 3:
-            raise ValueError(f"{where}: {field}: an array of name, word, constant")
-        name = files.expect(where, f"{field}[0]", param[0], "a string")
-        params.append((name, *_integers(where, field, param[1:])))
+    files.expect(where, f"{at}.stream", data.get("stream", False), "true or false")
     return ProgramStep(
-        **{**data, "args": tuple(args), "params": tuple(params),
+        **{**data, "args": tuple(args),
+           "params": _bindings(where, f"{at}.params", data["params"]),
+           "values": _bindings(where, f"{at}.values", data.get("values", [])),
            "reads": _integers(where, f"{at}.reads", data["reads"]),
            "writes": _integers(where, f"{at}.writes", data["writes"])}
     )  # fmt: skip
+
+
+def _bindings(where: str, at: str, data) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for i, binding in enumerate(files.expect(where, at, data, "an array")):
+        field = f"{at}[{i}]"
+        if not isinstance(binding, list) or len(binding) != 3:
+            raise ValueError(f"{where}: {field}: an array of name, word, constant")
+        name = files.expect(where, f"{field}[0]", binding[0], "a string")
+        out.append((name, *_integers(where, field, binding[1:])))
+    return tuple(out)
 
 
 def device_name(op: Operator, design_digest: str) -> str:
@@ -176,23 +190,16 @@ def step_design(op: Operator, where: str) -> Design | None:
     return design
 
 
-def _params(op, design: Design, step, where: str):
-    """Each design parameter: the word or constant its step binds, else the
-    operator's field of that name as a constant."""
-    words, constants, params = dict(step.words), dict(step.constants), []
-    for name in design.params:
-        if name in words:
-            params.append((name, words[name], 0))
-        elif name in constants:
-            params.append((name, -1, int(constants[name])))
-        elif hasattr(op, name) and isinstance(getattr(op, name), int):
-            params.append((name, -1, int(getattr(op, name))))
-        else:
-            raise FusionError(
-                f"{where}: design {design.name} parameter {name!r} is neither a per-call member "
-                f"bound by the step nor an integer field of {type(op).__name__}"
-            )
-    return tuple(params)
+def _bindings_of(step, design: Design | None, where: str) -> dict:
+    """A step's params, values and stream flag (see `ProgramStep`)."""
+    members = member_bindings(step.op, step.words, step.constants)
+    if design is None:
+        return {"params": members}
+    try:
+        params = member_params(step.op, design, members, where)
+    except BindingError as error:
+        raise FusionError(str(error)) from None
+    return {"params": params, "values": members, "stream": bool(derived_params(design))}
 
 
 def plan_programs(image, designs: dict) -> tuple[Program, ...]:
@@ -232,10 +239,7 @@ def plan_programs(image, designs: dict) -> tuple[Program, ...]:
                 args=tuple(args),
                 reads=step.reads,
                 writes=step.writes,
-                params=_params(step.op, design, step, where)
-                if design is not None
-                else tuple((m, w, 0) for m, w in step.words)
-                + tuple((m, -1, c) for m, c in step.constants),
+                **_bindings_of(step, design, where),
             )
         )
     common = {"device": image.device, "sizes": sizes, "trace_size": image.trace_size}
@@ -247,9 +251,11 @@ def plan_programs(image, designs: dict) -> tuple[Program, ...]:
 
 def _one_step(name: str, step: ProgramStep, common: dict) -> Program:
     """A program of one step, its words renumbered from 0 (one scratchpad each)."""
-    used = sorted({w for _, w, _ in step.params if w >= 0})
+    used = sorted({w for _, w, _ in (*step.params, *step.values) if w >= 0})
     local = {w: i for i, w in enumerate(used)}
-    params = tuple((n, local[w] if w >= 0 else w, c) for n, w, c in step.params)
-    return Program(
-        name=name, steps=(attrs.evolve(step, params=params),), words=tuple(used), **common
-    )
+
+    def renumbered(bindings):
+        return tuple((n, local[w] if w >= 0 else w, c) for n, w, c in bindings)
+
+    step = attrs.evolve(step, params=renumbered(step.params), values=renumbered(step.values))
+    return Program(name=name, steps=(step,), words=tuple(used), **common)

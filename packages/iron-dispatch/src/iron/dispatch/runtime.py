@@ -27,6 +27,7 @@ from iron.design import ELF_KERNEL
 from iron.dispatch.executable import StepReport, evaluate, kernel
 from iron.dispatch.image import Image
 from iron.dispatch.memory import DeviceBuffer, view
+from iron.dispatch.values import step_values
 
 log = logging.getLogger("iron.dispatch")
 
@@ -169,8 +170,7 @@ class XrtExecutable:
 
     def _judge(self, index: int, inputs, words) -> None:
         step = self.image.steps[index]
-        values = {m: int(words[w]) for m, w in step.words}
-        values.update(step.constants)
+        values = step_values(step.bindings, words)
         expected = self._references[index](*inputs, **values)
         got = self._arrays(index, step.writes)
         op = attrs.evolve(step.op, **values) if values else step.op

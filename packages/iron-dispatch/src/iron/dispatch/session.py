@@ -28,6 +28,7 @@ from iron.dispatch.cache import CompileCache
 from iron.dispatch.host import HostKernels
 from iron.dispatch.identity import Sources
 from iron.dispatch.sim_xrt import Library
+from iron.dispatch.streams import Streams
 
 
 class SessionClosed(RuntimeError):
@@ -41,7 +42,7 @@ class Session:
     def __init__(self, *, cache: CompileCache | Path | str | None = None) -> None:
         self.cache = cache if isinstance(cache, CompileCache) else CompileCache(cache)
         self.sources = Sources()
-        self.library = Library()
+        self.library = Library(Streams(self.cache))
         self.host = HostKernels()
         self._backends: dict = {}
         self._lock = threading.Lock()

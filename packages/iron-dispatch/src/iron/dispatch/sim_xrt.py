@@ -30,6 +30,7 @@ not cycles), PDI loads and reconfiguration, and the instruction stream.
 
 from __future__ import annotations
 
+import collections
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from iron.alloc import align_up
-from iron.core import IN, OUT, Device, as_dtype, files, registry
+from iron.core import IN, OUT, Device, Operator, as_dtype, files, registry
 from iron.design import Design, Simulator
 from iron.design.aiecc import ELF_KERNEL
 from iron.dispatch.cache import read_json
@@ -45,6 +46,8 @@ from iron.dispatch.executable import kernel
 from iron.dispatch.image import PARAMETER_WORDS
 from iron.dispatch.pipeline import OPERATORS
 from iron.dispatch.program import Program, step_design
+from iron.dispatch.streams import Streams
+from iron.dispatch.values import step_values
 
 #: a trace record: the device block's name (UTF-8, zero-padded), the step's
 #: start and end in simulated ticks (one tick per 32-bit word moved to or
@@ -86,15 +89,36 @@ class SimBufferObject:
 class Library:
     """The code behind programs: designs by digest, host models by key."""
 
-    def __init__(self) -> None:
+    def __init__(self, streams: Streams | None = None) -> None:
         self.designs: dict[str, Design] = {}
         self.hosts: dict[str, Callable] = {}
         self.simulators: dict[str, Simulator] = {}  # made on first run, replayed after
+        #: runtime-shaped steps: the operator behind each such design, and
+        #: one simulator per stream (the configuration with that stream)
+        self.operators: dict[str, Operator] = {}
+        self.streams = streams if streams is not None else Streams()
+        self._streamed: collections.OrderedDict[tuple, Simulator] = collections.OrderedDict()
 
     def clear(self) -> None:
         self.designs.clear()
         self.hosts.clear()
         self.simulators.clear()
+        self.operators.clear()
+        self._streamed.clear()
+        self.streams.clear()
+
+    def stream(self, digest: str, values: dict[str, int]) -> tuple[Simulator, dict[str, int]]:
+        """The simulator of the runtime-shaped design `digest` with the
+        stream for `values`, and the parameter words it reads."""
+        stream = self.streams.stream(self.operators[digest], self.designs[digest], values)
+        key = (digest, tuple(sorted(values.items())))
+        simulator = self._streamed.get(key)
+        if simulator is None or simulator.lowered is not stream.lowered:
+            simulator = Simulator(stream.lowered.design, lowered=stream.lowered)
+            self._streamed[key] = simulator
+            if len(self._streamed) > Streams.KEPT:
+                self._streamed.popitem(last=False)
+        return simulator, stream.params
 
     def simulator(self, digest: str) -> Simulator:
         """The simulator of the design `digest` names."""
@@ -128,6 +152,7 @@ class Library:
                         f"here than the {name[:12]} it was compiled with (its code changed)"
                     )
                 self.designs[name] = design
+                self.operators[name] = op
             else:
                 self.hosts[name] = kernel(op, use_device_model=True)
 
@@ -199,16 +224,18 @@ class SimRun:
         for number, (step, arrays) in enumerate(zip(program.steps, self._bound())):
             if step.device is None:
                 moved = self._host_step(library.hosts[step.host], step, arrays, words)
+            elif step.stream:
+                simulator, params = library.stream(step.digest, step_values(step.values, words))
+                moved = self._design_step(simulator, params, arrays)
             else:
-                moved = self._design_step(library.simulator(step.digest), step, arrays, words)
+                params = step_values(step.params, words)
+                moved = self._design_step(library.simulator(step.digest), params, arrays)
             self._trace(number, step.device or f"host:{step.operator}", moved)
 
-    def _design_step(self, simulator: Simulator, step, arrays, words) -> int:
+    def _design_step(self, simulator: Simulator, params: dict[str, int], arrays) -> int:
         design = simulator.design
         pairs = zip(design.tensors, arrays)
-        run = simulator.run(
-            {t.name: a for t, a in pairs if t.direction is not OUT}, _values(step, words)
-        )
+        run = simulator.run({t.name: a for t, a in pairs if t.direction is not OUT}, params)
         for tensor, array in zip(design.tensors, arrays):
             if tensor.direction is not IN:
                 array[...] = run[tensor.name]
@@ -216,7 +243,7 @@ class SimRun:
         return ddr.read + ddr.written
 
     def _host_step(self, model: Callable, step, arrays, words) -> int:
-        outputs = model(*(arrays[i] for i in step.reads), **_values(step, words))
+        outputs = model(*(arrays[i] for i in step.reads), **step_values(step.params, words))
         for i, out in zip(step.writes, outputs):
             arrays[i][...] = out
         return sum(arrays[i].nbytes for i in (*step.reads, *step.writes))
@@ -264,10 +291,6 @@ def _rebuilt(program: str, path: Path, name: str, record):
     if device is not None:
         op = op.resolve(Device.from_name(*device))
     return op
-
-
-def _values(step, words) -> dict[str, int]:
-    return {name: int(words[w]) if w >= 0 else c for name, w, c in step.params}
 
 
 def read_trace(data) -> list[dict]:

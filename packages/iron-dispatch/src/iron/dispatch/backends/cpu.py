@@ -39,6 +39,7 @@ from iron.core import Operator
 from iron.dispatch.backends import CompilingBackend
 from iron.dispatch.executable import BoundStep, FusedExecutable, arguments, kernel
 from iron.dispatch.host import HostKernels
+from iron.dispatch.values import step_values
 
 log = logging.getLogger("iron.dispatch")
 
@@ -79,9 +80,7 @@ class HostStep(BoundStep):
     """A step run by a host kernel, which writes its outputs in place."""
 
     def __call__(self, words) -> None:
-        values = {member: int(words[w]) for member, w in self.step.words}
-        values.update(self.constants)
-        self.run(*self.arrays, **values)
+        self.run(*self.arrays, **step_values(self.bindings, words))
 
 
 @attrs.define
@@ -104,7 +103,7 @@ def _together(kernels: HostKernels, steps: list[BoundStep]) -> list[BoundStep]:
         if len(run) > 1:
             first = run[0]
             fn = host_kernel(kernels, first.step.op, "host_steps")
-            out.append(HostSteps(first.index, first.step, fn, [], {}, list(run)))
+            out.append(HostSteps(first.index, first.step, fn, [], (), list(run)))
         else:
             out.extend(run)
         run.clear()
@@ -114,8 +113,7 @@ def _together(kernels: HostKernels, steps: list[BoundStep]) -> list[BoundStep]:
         member = (
             target is not None
             and isinstance(step, HostStep)
-            and not step.step.words
-            and not step.constants
+            and not step.bindings
             and host_kernel(kernels, step.step.op, "host_steps") is not None
         )
         if not member:
@@ -191,8 +189,8 @@ class CpuExecutable(FusedExecutable):
         arrays = arguments(step, self.buffers)
         fn = host_kernel(self.kernels, step.op)
         if fn is None:
-            return BoundStep(index, step, kernel(step.op, False), arrays, dict(step.constants))
-        return HostStep(index, step, _host_run(step.op, fn), arrays, dict(step.constants))
+            return BoundStep(index, step, kernel(step.op, False), arrays, step.bindings)
+        return HostStep(index, step, _host_run(step.op, fn), arrays, step.bindings)
 
 
 class CpuBackend(CompilingBackend):

@@ -31,6 +31,8 @@ class SimBackend(CompilingBackend):
         library.designs.update(image.designs)
         for program in image.programs:
             for step in program.steps:
+                if step.stream:
+                    library.operators[step.digest] = image.steps[step.index].op
                 if step.host is not None and step.host not in library.hosts:
                     library.hosts[step.host] = kernel(
                         image.steps[step.index].op, use_device_model=True

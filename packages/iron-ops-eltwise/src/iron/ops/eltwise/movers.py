@@ -25,6 +25,7 @@ from iron.design import (
     Memref,
     Obj,
     ObjectFifo,
+    Param,
     Release,
     Tensor,
     Tile,
@@ -83,7 +84,8 @@ def dma_design(
         links.append(link)
         fills.append(Fill(f"{lane}_in", "x", fill, offset_param=fill_offset))
         drains.append(Drain(f"{lane}_out", "y", drain, wait=True, offset_param=drain_offset))
-    params = tuple(p for p in offset_params if p is not None)
+    # each offset parameter carries the operator's per-call member of its name
+    params = tuple(Param(p, member=p) for p in offset_params if p is not None)
     return Design(
         name, device, tuple(tensors), tuple(fifos), (), (*fills, *drains), tuple(links),
         params=params,

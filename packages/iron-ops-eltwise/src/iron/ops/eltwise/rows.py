@@ -325,7 +325,7 @@ def row_design(
     who: tuple[str, str],
     weight: bool = False,
     angle_rows: int | None = None,
-    params: tuple[str, ...] = (),
+    params: tuple[Param, ...] = (),
     buffers: tuple[LocalBuffer, ...] = (),
 ) -> Design:
     """`rows` rows of `cols` bf16 over columns x channels cores. `per_row(k)`
@@ -465,7 +465,7 @@ def softmax(rows, cols, columns, channels, device) -> Design:
             Call(kernel, (Obj(f"x{k}"), Obj(f"y{k}"), cols)),
         ),
         who=("Softmax", "cols"),
-        params=("valid",),
+        params=(Param("valid", member="valid"),),
     )  # fmt: skip
 
 

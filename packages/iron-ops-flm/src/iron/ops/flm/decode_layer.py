@@ -262,6 +262,14 @@ class DecodeLayer(Operator):
         self.check_call(context_len=self.context_len)
         check_aie2p(self, self.device)
 
+    def runtime_params(self, *, context_len: int) -> dict[str, int]:
+        """The design's parameter words for a call at `context_len` (its
+        dispatch-time value), all derived from it."""
+        from iron.ops.flm import decode_design
+
+        self.check_call(context_len=context_len)
+        return decode_design.params(self, context_len)
+
     def check_call(self, *, context_len: int) -> None:
         """Refuse a call's position before anything runs."""
         if not 0 <= context_len < self.max_l:

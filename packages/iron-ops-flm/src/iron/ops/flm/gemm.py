@@ -351,6 +351,13 @@ class FLMGemm(Operator):
         op = FLMGemm(**fields, tile_n=tile_n, ct_k=ct_k, tile_ma=tile_ma, device=device)
         return design.build(op)
 
+    def runtime_params(self) -> dict[str, int]:
+        """The design's parameter words, all derived from M, K, N, the
+        epilogue and the clamp: the values one image takes per call."""
+        from iron.ops.flm import design
+
+        return design.runtime_params(self)
+
     def program(self, device: Device | None = None, *, resident: bool = True) -> Program:
         """The per-shape schedule as plain data. `resident=False` streams
         every slab (B read once per unit, as a per-row-block fifo would)."""

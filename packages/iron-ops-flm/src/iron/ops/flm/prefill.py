@@ -111,6 +111,12 @@ class PrefillBase:
     def cache_rows(self) -> int:
         return self.max_l if self.window is None else self.window
 
+    def runtime_params(self, *, L_begin: int, L_end: int) -> dict[str, int]:
+        """The design's derived parameter words for a call's rows (its
+        dispatch-time values): what iron-dispatch writes per call."""
+        self.check_call(L_begin=L_begin, L_end=L_end)
+        return self.schedule().params(L_begin, L_end)
+
     @property
     def group(self) -> int:
         return self.heads // self.kv_heads
@@ -411,7 +417,16 @@ def kernels(head_dim: int) -> dict[str, Kernel]:
 # ---- the configuration -------------------------------------------------------------------
 
 
-PARAMS = ("L_begin", "L_end", "waves", "waves_per_head", "key_blocks", "tail_waves")
+#: L_begin and L_end carry the per-call members; the rest derive from them
+#: (`PrefillBase.runtime_params`)
+PARAMS = (
+    Param("L_begin", member="L_begin"),
+    Param("L_end", member="L_end"),
+    "waves",
+    "waves_per_head",
+    "key_blocks",
+    "tail_waves",
+)
 
 
 def configuration(op, schedule: Schedule) -> tuple:

@@ -111,7 +111,7 @@ class GQAContext(CacheReader):
             fifos=tuple(fifos),
             workers=tuple(workers),
             sequence=rounds(device, [tasks], shim_column.__getitem__),
-            params=("valid",),
+            params=(Param("valid", member="valid"),),
         )
 
     #: the float32 accumulator and the bf16 context of the core's heads

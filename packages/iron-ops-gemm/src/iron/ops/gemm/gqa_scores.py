@@ -97,7 +97,7 @@ class GQAScores(CacheReader):
             fifos=tuple(fifos),
             workers=tuple(workers),
             sequence=rounds(device, [tasks], shim_column.__getitem__),
-            params=("valid",),
+            params=(Param("valid", member="valid"),),
         )
 
     @property

@@ -1,0 +1,150 @@
+"""Runtime-shaped steps: one device configuration serves every value of an
+operator's dispatch-time values; only the runtime sequence (on an NPU, the
+instruction stream) is generated per distinct value, and cached by it.
+
+A step is runtime-shaped when its design has derived parameters (declared
+without a member: see `iron.dispatch.values`). Its configuration is what
+iron-design's `lower` splits off (`Configuration.digest()`); a stream is the
+design's runtime sequence for one operator at one set of values, lowered
+against that configuration alone (`iron.design.lower.lower_stream`, the
+instructions-only compile). `Streams` keeps both apart, in memory and as
+compile-cache entries of their own kinds (``configuration``: the
+configuration's canonical text; ``stream``: the sequence's and the
+parameter words for the values), so `iron cache info` lists them apart and
+a new value never lowers, nor compiles, the configuration again.
+
+Where a design's sequence depends on the values, the operator's design
+function builds it at those values (its configuration must be the step's:
+a design whose configuration moved with a value is refused, naming the
+operator and the values); where only parameter words change (an offset),
+the step is not runtime-shaped and its one sequence serves every call.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from collections.abc import Mapping
+
+import attrs
+
+from iron.core import Operator
+from iron.design import Design, design_of, lower
+from iron.design.lower import Lowered, lower_stream
+from iron.design.model import canonical
+from iron.dispatch.identity import digest
+from iron.dispatch.values import design_params
+
+
+class StreamError(ValueError):
+    """A runtime-shaped operator whose stream does not fit its configuration."""
+
+
+@attrs.frozen
+class Stream:
+    configuration: str  # the configuration's digest
+    lowered: Lowered  # the configuration with this call's runtime sequence
+    params: dict[str, int]  # every design parameter's word for these values
+
+
+class Streams:
+    """Configurations and streams of a session (see the module docstring).
+    `cache` (a `CompileCache`, or None: memory only) holds their entries;
+    `configurations` and `streams` count what this instance lowered (a
+    compile-cache hit counts none); the last `KEPT` streams stay in memory."""
+
+    KEPT = 64
+
+    def __init__(self, cache=None) -> None:
+        self.cache = cache
+        self._lowered: dict[str, Lowered] = {}  # configuration key -> a lowered design
+        self._streams: collections.OrderedDict[tuple, Stream] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.configurations = self.streams = 0
+
+    def clear(self) -> None:
+        self._lowered.clear()
+        self._streams.clear()
+
+    def configuration(self, design: Design) -> Lowered:
+        """`design` lowered: its configuration, compiled once per digest."""
+        key = configuration_key(design)
+        with self._lock:
+            if key not in self._lowered:
+                lowered = lower(design)
+                config = lowered.configuration
+                self._entry(
+                    "configuration", config.digest(), {"configuration.txt": canonical(config)},
+                    name=design.name,
+                )  # fmt: skip
+                self._lowered[key] = lowered
+            return self._lowered[key]
+
+    def stream(self, op: Operator, base: Design, values: Mapping[str, int]) -> Stream:
+        """The stream of `op` at `values` against `base`'s configuration
+        (`base`: the step's design, at the operator's own values)."""
+        key = (op.identity_text(), tuple(sorted(values.items())))
+        with self._lock:
+            found = self._streams.get(key)
+            if found is not None:
+                self._streams.move_to_end(key)
+                return found
+        lowered = self.configuration(base)
+        design = _design_at(op, base, values)
+        if configuration_key(design) != configuration_key(base):
+            raise StreamError(
+                f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
+                f"from the one its image holds ({base.name}); a dispatch-time value may change "
+                "only the runtime sequence and the parameter words"
+            )
+        params = design_params(op, design, values)
+        stream = Stream(lowered.configuration.digest(), lower_stream(lowered, design), params)
+        text = canonical(design.sequence)
+        self._entry(
+            "stream",
+            digest(json.dumps([stream.configuration, text, sorted(params.items())])),
+            {"sequence.txt": text, "params.json": json.dumps(params, sort_keys=True)},
+            name=f"{base.name} {_label(values) or type(op).__name__}",
+            configuration=stream.configuration,
+        )
+        with self._lock:
+            self._streams[key] = stream
+            if len(self._streams) > self.KEPT:
+                self._streams.popitem(last=False)
+        return stream
+
+    def _entry(self, kind: str, key: str, contents: dict[str, str], **meta) -> None:
+        if kind == "configuration":
+            self.configurations += 1
+        else:
+            self.streams += 1
+        if self.cache is None:
+            return
+
+        def build(staging):
+            for name, text in contents.items():
+                (staging / name).write_text(text)
+
+        self.cache.get_or_build(digest(f"{kind}:{key}"), build, kind=kind, **meta)
+
+
+def _design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
+    """The design of `op` at `values`: `base` itself at the operator's own
+    values, else its design function at those (`attrs.evolve` runs the
+    operator's per-call checks first)."""
+    if all(getattr(op, k) == v for k, v in values.items()):
+        return base
+    return design_of(attrs.evolve(op, **values))
+
+
+def configuration_key(design: Design) -> str:
+    """What a design's configuration is lowered from (not its runtime
+    tensors nor its sequence): equal keys, equal configurations."""
+    parts = (design.device, design.fifos, design.workers, design.links, design.params,
+             design.barriers, design.members)  # fmt: skip
+    return digest(canonical(parts))
+
+
+def _label(values: Mapping[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(values.items()))
