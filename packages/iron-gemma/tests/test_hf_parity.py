@@ -72,7 +72,7 @@ CASES = {
         final_logit_softcapping=None,
         use_double_wide_mlp=False,
         tie_word_embeddings=True,
-    ),  # fmt: skip
+    ),
 }
 
 
