@@ -8,12 +8,17 @@ import attrs
 import numpy as np
 import pytest
 
-from iron.core import Device, compare
+from iron.core import Device, OperatorError, bf16, compare
 from iron.dispatch import Session, graph
+from iron.dispatch.cache import CompileCache
+from iron.ops.eltwise.chunk_copy import ChunkCopy
+from iron.ops.eltwise.mem_copy import MemCopy
 from iron.ops.flm.decode_layer import DecodeLayer
+from iron.ops.flm.gemm import FLMGemm
 from iron.ops.flm.lm_head import LMHead
 from iron.ops.flm.prefill_attention import PrefillAttention
 from iron.ops.flm.prefill_sliding_attention import PrefillSlidingAttention
+from iron.ops.flm.sweep import M_VALUES, PROJECTIONS
 
 NPU2 = Device.from_name("npu2")
 GLOBAL = {"heads": 4, "kv_heads": 2, "max_l": 512, "head_dim": 128, "chunk": 256}
@@ -87,3 +92,124 @@ def test_lm_head_runs_in_a_graph_on_sim(tmp_path):
 
         judged(op, head(x), op.resolve(NPU2).reference(x, norm, W), [x, norm, W])
         assert session.library.streams.streams == 0  # no dispatch-time value: one sequence
+
+
+# ---- FLMGemm -------------------------------------------------------------------------
+
+
+def flm_inputs(op, seed=0):
+    return op.resolve(NPU2).example_inputs(np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "sim"])
+def test_flm_gemm_runs_in_a_graph_on_every_backend(backend, tmp_path):
+    op = FLMGemm(M=256, K=512, N=1024, epilogue="silu", clamp=(-4.0, 4.0))
+    a, packed = flm_inputs(op)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend=backend, device="npu2", session=session)
+        def f(g, a):
+            return g(op, a, g.weight("b", packed))
+
+        f.compile(a)
+        f.load()
+        judged(op, f(a), op.resolve(NPU2).reference(a, packed), [a, packed])
+
+
+def test_the_sweep_compiles_one_configuration_and_a_stream_per_m(tmp_path):
+    """One graph over Llama 3.2 1B's k,v projection at the sweep's 30 M
+    values: one configuration lowered, a stream per M, none twice (a
+    second session on the same cache reads both from disk)."""
+    K, N = PROJECTIONS["llama3.2-1b k,v"]
+    packed = FLMGemm(M=256, K=K, N=N).resolve(NPU2).pack_b(np.ones((K, N), np.float32))
+
+    def sweep(session):
+        @graph(backend="sim", device="npu2", session=session)
+        def project(g, a):
+            return g(FLMGemm(M=a.shape[0], K=K, N=N), a, g.weight("b", packed))
+
+        for m in M_VALUES:
+            project.compile(a=((m, K), bf16))
+        return session.library.streams
+
+    with Session(cache=tmp_path) as session:
+        streams = sweep(session)
+        assert (streams.configurations, streams.streams) == (1, len(M_VALUES)) == (1, 30)
+    info = CompileCache(tmp_path).info()
+    assert (info["configurations"], info["streams"]) == (1, 30)
+    with Session(cache=tmp_path) as session:  # lowered again in memory; nothing new on disk
+        sweep(session)
+    assert (
+        CompileCache(tmp_path).info()["configurations"],
+        CompileCache(tmp_path).info()["streams"],
+    ) == (1, 30)
+
+
+def projection(session, K, N):
+    """A graph of one FLMGemm at (K, N), its M the input's rows."""
+    packed = FLMGemm(M=256, K=K, N=N).resolve(NPU2).pack_b(np.ones((K, N), np.float32))
+
+    @graph(backend="sim", device="npu2", session=session)
+    def project(g, a):
+        return g(FLMGemm(M=a.shape[0], K=K, N=N), a, g.weight("b", packed))
+
+    return project
+
+
+def test_every_projection_of_the_sweep_shares_the_configuration(tmp_path):
+    """The image holds no K, N nor M: every (K, N) of both models is one
+    configuration."""
+    with Session(cache=tmp_path) as session:
+        for k, n in PROJECTIONS.values():
+            projection(session, k, n).compile(a=((256, k), bf16))
+        streams = session.library.streams
+        assert (streams.configurations, streams.streams) == (1, len(PROJECTIONS))
+
+
+# ---- ChunkCopy ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "sim"])
+def test_one_chunk_copy_image_serves_n_3_1_16_3(backend, tmp_path):
+    """The copy lands in a state that persists across calls, so each call's
+    result depends on the n before it too; the reference runs the same
+    calls on its own copy."""
+    op = ChunkCopy(chunk=256, max_chunks=16)
+    x = np.random.default_rng(4).standard_normal(op.chunk * op.max_chunks).astype(bf16)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend=backend, device="npu2", session=session)
+        def copy(g, x, *, n):
+            y = g.state("y", x.shape)
+            g(op, x, y, n=n)
+            return g(MemCopy(size=x.shape[0]), y)
+
+        want = np.zeros_like(x)
+        for n in (3, 1, 16, 3):
+            want = op.reference(x - n, want, n=n)
+            assert np.array_equal(copy(x - n, n=n).view(np.uint16), want.view(np.uint16)), n
+        assert len(copy.versions) == 1  # one image
+        if backend == "sim":
+            streams = session.library.streams
+            assert (streams.configurations, streams.streams) == (1, 3)  # n = 3 twice: cached
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "sim"])
+def test_a_bad_dispatch_time_value_is_refused_before_anything_runs(backend, tmp_path):
+    op = ChunkCopy(chunk=256, max_chunks=16)
+    x = np.ones(op.chunk * op.max_chunks, bf16)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend=backend, device="npu2", session=session)
+        def copy(g, x, *, n):
+            y = g(MemCopy(size=x.shape[0]), x)  # a step before the bad one
+            out = g.state("y", x.shape)
+            g(op, y, out, n=n)
+            return g(MemCopy(size=x.shape[0]), out)
+
+        copy(x, n=2)
+        before = copy.versions[next(iter(copy.versions))].executable.buffers["output"].host.copy()
+        with pytest.raises(OperatorError, match=r"ChunkCopy: n=17: between 1 and max_chunks=16"):
+            copy(x * 2, n=17)
+        after = copy.versions[next(iter(copy.versions))].executable.buffers["output"].host
+        assert np.array_equal(before, after)  # nothing ran

@@ -21,7 +21,8 @@ FAMILY_MODULES = {f"iron.ops.eltwise.{module}" for module, _ in OPERATORS.values
 
 
 ISSUE_CATALOG = """ElementwiseAdd ElementwiseMul AXPY ReLU GELU SiLU Sigmoid Tanh LeakyReLU Clamp
-    RMSNorm LayerNorm Softmax RoPE MemCopy StridedCopy Transpose Repeat Dequant"""
+    RMSNorm LayerNorm Softmax RoPE MemCopy StridedCopy Transpose Repeat Dequant
+    ChunkCopy"""
 
 
 def test_the_family_registers_every_operator_of_the_issue():

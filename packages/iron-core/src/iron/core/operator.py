@@ -214,6 +214,14 @@ class Operator:
         derives it from them; others ignore them."""
         raise NotImplementedError(f"{type(self).__name__} defines no tolerance")
 
+    def check_call(self, **values) -> None:
+        """Refuse a call's per-call (dispatch-time) values that break a rule
+        (alignment, range), raising `OperatorError` naming the operator,
+        the value and the rule. Dispatch calls it for every step with
+        values bound per call before anything of the call is dispatched (a
+        misaligned length hangs a real NPU). By default every value is
+        accepted."""
+
     def simulate(self, *inputs, **per_call):
         """A model of the device kernel, called like `reference`: its
         numerics or schedule where they differ from the reference's

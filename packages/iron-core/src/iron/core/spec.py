@@ -29,7 +29,11 @@ def as_dtype(value) -> np.dtype:
 def dtype_name(dtype) -> str:
     """Short, stable spelling of a dtype for names, keys and listings."""
     dtype = as_dtype(dtype)
-    return "bf16" if dtype == bf16 else dtype.name
+    if dtype == bf16:
+        return "bf16"
+    if dtype.kind == "V" and dtype.names is None and dtype.type is np.void:
+        return dtype.str.lstrip("|")  # numpy names raw bytes "void72" (bits) but reads "V9"
+    return dtype.name
 
 
 class Direction(enum.Enum):

@@ -78,6 +78,7 @@ MANIFEST_FIELDS = {
     "format": ("a string",), "key": ("a string",), "files": ("an object",),
     "created": ("a number",), "repaired": ("a string",), "name": ("a string",),
     "backend": ("a string",), "mode": ("a string",), "kind": ("a string",),
+    "configuration": ("a string",), "statements": ("an integer",),
 }  # fmt: skip
 
 
@@ -305,6 +306,9 @@ class CompileCache:
             "root": str(self.root),
             "entries": sum("invalid" not in e for e in entries),
             "bytes": sum(e.get("nbytes", 0) for e in entries),
+            # runtime-shaped steps' device configurations and per-value streams, apart
+            "configurations": sum(e.get("kind") == "configuration" for e in entries),
+            "streams": sum(e.get("kind") == "stream" for e in entries),
             "repaired": [e["key"] for e in entries if e.get("repaired")],
             "invalid": [e["key"] for e in entries if e.get("invalid")],
         }

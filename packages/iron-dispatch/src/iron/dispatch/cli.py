@@ -33,6 +33,7 @@ def cache_info(args) -> int:
         print(json.dumps({**info, "entries": cache.entries()}, indent=1))
         return 0
     print(printable(f"{info['root']}: {info['entries']} entries, {info['bytes']} bytes"))
+    print(f"  configurations: {info['configurations']}, streams: {info['streams']}")
     for entry in cache.entries():
         if entry.get("invalid"):
             why = printable(entry["invalid"])

@@ -22,7 +22,7 @@ from iron.core import Operator
 from iron.core.capture import Expr
 from iron.dispatch.image import Image, ImageStep
 from iron.dispatch.memory import DeviceBuffer
-from iron.dispatch.values import step_values
+from iron.dispatch.values import check_calls, per_call_checks, step_values
 
 
 def allocate(
@@ -150,6 +150,7 @@ class FusedExecutable:
         )
         self._generation = None
         self._steps: list[BoundStep] = []
+        self._checks = per_call_checks(image.steps)
         self.reports: list[StepReport] = []
 
     def steps(self) -> list[BoundStep]:
@@ -174,6 +175,8 @@ class FusedExecutable:
         return self.parameters.device.view(np.int64)
 
     def __call__(self, values: Mapping[str, int]) -> None:
+        if self._checks:  # nothing moves before every step's values are checked
+            check_calls(self._checks, evaluate(self.image.parameters, values))
         steps = self.steps()
         self.buffers["input"].sync_to_device()
         if self.scratchpad:

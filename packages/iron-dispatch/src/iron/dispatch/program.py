@@ -199,7 +199,8 @@ def _bindings_of(step, design: Design | None, where: str) -> dict:
         params = member_params(step.op, design, members, where)
     except BindingError as error:
         raise FusionError(str(error)) from None
-    return {"params": params, "values": members, "stream": bool(derived_params(design))}
+    shaped = bool(derived_params(design)) or callable(getattr(type(step.op), "sequence", None))
+    return {"params": params, "values": members, "stream": shaped}
 
 
 def plan_programs(image, designs: dict) -> tuple[Program, ...]:

@@ -27,7 +27,7 @@ from iron.design import ELF_KERNEL
 from iron.dispatch.executable import StepReport, evaluate, kernel
 from iron.dispatch.image import Image
 from iron.dispatch.memory import DeviceBuffer, view
-from iron.dispatch.values import step_values
+from iron.dispatch.values import check_calls, per_call_checks, step_values
 
 log = logging.getLogger("iron.dispatch")
 
@@ -80,6 +80,7 @@ class XrtExecutable:
             context = xrt.hw_context(self.xrt_device, xrt.elf(elf))
             self.runs.append(xrt.run(xrt.kernel(context, ELF_KERNEL)))
         self._scratchpads = [scratchpad_layout(elf) for elf in image.elves]
+        self._checks = per_call_checks(image.steps)
         self._generation = None
         self._references = (
             [kernel(s.op, use_device_model=False) for s in image.steps]
@@ -114,9 +115,10 @@ class XrtExecutable:
             run.get_ctrl_scratchpad_bo().sync(self.xrt.TO_DEVICE, scratchpad.nbytes, 0)
 
     def __call__(self, values: Mapping[str, int]) -> None:
+        words = evaluate(self.image.parameters, values)
+        check_calls(self._checks, words)  # before anything moves
         self._bind()
         self.buffers["input"].sync_to_device()
-        words = evaluate(self.image.parameters, values)
         if words.size:
             out_of_range = [int(w) for w in words if not -(2**31) <= w < 2**31]
             if out_of_range:

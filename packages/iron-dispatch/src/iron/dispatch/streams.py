@@ -3,7 +3,8 @@ operator's dispatch-time values; only the runtime sequence (on an NPU, the
 instruction stream) is generated per distinct value, and cached by it.
 
 A step is runtime-shaped when its design has derived parameters (declared
-without a member: see `iron.dispatch.values`). Its configuration is what
+without a member: see `iron.dispatch.values`) or its operator builds the
+sequence per values (`sequence(**values)`, returning its design at them). Its configuration is what
 iron-design's `lower` splits off (`Configuration.digest()`); a stream is the
 design's runtime sequence for one operator at one set of values, lowered
 against that configuration alone (`iron.design.lower.lower_stream`, the
@@ -51,14 +52,15 @@ class Stream:
 class Streams:
     """Configurations and streams of a session (see the module docstring).
     `cache` (a `CompileCache`, or None: memory only) holds their entries;
-    `configurations` and `streams` count what this instance lowered (a
-    compile-cache hit counts none); the last `KEPT` streams stay in memory."""
+    `configurations` and `streams` count what this instance lowered (each
+    at most once: a repeat is served from memory); the last `KEPT` streams
+    stay in memory."""
 
     KEPT = 64
 
     def __init__(self, cache=None) -> None:
         self.cache = cache
-        self._lowered: dict[str, Lowered] = {}  # configuration key -> a lowered design
+        self._lowered: dict[str, tuple[Lowered, str]] = {}  # key -> (lowered, digest)
         self._streams: collections.OrderedDict[tuple, Stream] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.configurations = self.streams = 0
@@ -67,18 +69,19 @@ class Streams:
         self._lowered.clear()
         self._streams.clear()
 
-    def configuration(self, design: Design) -> Lowered:
-        """`design` lowered: its configuration, compiled once per digest."""
-        key = configuration_key(design)
+    def configuration(self, op: Operator, design: Design) -> tuple[Lowered, str]:
+        """`design` lowered and its configuration's digest: compiled once
+        per configuration (`configuration_key`)."""
+        key = configuration_key(op, design)
         with self._lock:
             if key not in self._lowered:
                 lowered = lower(design)
                 config = lowered.configuration
+                text = canonical(config)
                 self._entry(
-                    "configuration", config.digest(), {"configuration.txt": canonical(config)},
-                    name=design.name,
-                )  # fmt: skip
-                self._lowered[key] = lowered
+                    "configuration", digest(text), {"configuration.txt": text}, name=design.name
+                )
+                self._lowered[key] = (lowered, digest(text))
             return self._lowered[key]
 
     def stream(self, op: Operator, base: Design, values: Mapping[str, int]) -> Stream:
@@ -90,23 +93,25 @@ class Streams:
             if found is not None:
                 self._streams.move_to_end(key)
                 return found
-        lowered = self.configuration(base)
+        lowered, configuration = self.configuration(op, base)
         design = _design_at(op, base, values)
-        if configuration_key(design) != configuration_key(base):
+        if design is not base and _design_key(design) != _design_key(base):
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
                 f"from the one its image holds ({base.name}); a dispatch-time value may change "
                 "only the runtime sequence and the parameter words"
             )
         params = design_params(op, design, values)
-        stream = Stream(lowered.configuration.digest(), lower_stream(lowered, design), params)
-        text = canonical(design.sequence)
+        stream = Stream(configuration, lower_stream(lowered, design), params)
+        # the sequence itself is in the image's entry (designs.json); on an
+        # NPU this entry is where the stream's instructions belong
         self._entry(
             "stream",
-            digest(json.dumps([stream.configuration, text, sorted(params.items())])),
-            {"sequence.txt": text, "params.json": json.dumps(params, sort_keys=True)},
+            digest(json.dumps([configuration, op.identity_text(), sorted(values.items())])),
+            {"params.json": json.dumps(params, sort_keys=True)},
             name=f"{base.name} {_label(values) or type(op).__name__}",
-            configuration=stream.configuration,
+            configuration=configuration,
+            statements=len(design.sequence),
         )
         with self._lock:
             self._streams[key] = stream
@@ -130,15 +135,28 @@ class Streams:
 
 
 def _design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
-    """The design of `op` at `values`: `base` itself at the operator's own
-    values, else its design function at those (`attrs.evolve` runs the
-    operator's per-call checks first)."""
+    """The design of `op` at `values`: the operator's `sequence(**values)`
+    where it provides one, else `base` itself at the operator's own values,
+    else its design function at those (`attrs.evolve` runs the operator's
+    checks first)."""
+    if callable(getattr(type(op), "sequence", None)):
+        return op.sequence(**values)
     if all(getattr(op, k) == v for k, v in values.items()):
         return base
     return design_of(attrs.evolve(op, **values))
 
 
-def configuration_key(design: Design) -> str:
+def configuration_key(op: Operator, design: Design) -> str:
+    """Which configuration `design` (of `op`) makes: the operator's own
+    name for it where it gives one (FLMGemm's `configuration()`, the image
+    stem every shape shares), else what the configuration is lowered from."""
+    named = getattr(type(op), "configuration", None)
+    if callable(named):
+        return f"{type(op).__name__}:{op.configuration()}"
+    return _design_key(design)
+
+
+def _design_key(design: Design) -> str:
     """What a design's configuration is lowered from (not its runtime
     tensors nor its sequence): equal keys, equal configurations."""
     parts = (design.device, design.fifos, design.workers, design.links, design.params,

@@ -97,3 +97,16 @@ def design_params(op: Operator, design: Design, values: Mapping[str, int]) -> di
         member = design.member(name)
         out[name] = int(values[member]) if member is not None else int(words[name])
     return out
+
+
+def per_call_checks(steps) -> list:
+    """(operator, bindings) of each image step whose values are bound per
+    call: what `check_calls` validates before a call dispatches anything."""
+    return [(s.op, s.bindings) for s in steps if s.words]
+
+
+def check_calls(checks, words) -> None:
+    """Every step's per-call values checked by its operator's `check_call`
+    (an `OperatorError` naming the operator, value and rule)."""
+    for op, bindings in checks:
+        op.check_call(**step_values(bindings, words))

@@ -33,6 +33,8 @@ class SimBackend(CompilingBackend):
             for step in program.steps:
                 if step.stream:
                     library.operators[step.digest] = image.steps[step.index].op
+                    if all(w < 0 for _, w, _ in step.values):  # its values are the image's
+                        library.stream(step.digest, {m: c for m, _, c in step.values})
                 if step.host is not None and step.host not in library.hosts:
                     library.hosts[step.host] = kernel(
                         image.steps[step.index].op, use_device_model=True

@@ -270,6 +270,12 @@ def strided_copy(op, x, y, *, in_offset, out_offset):
     y[int(out_offset) : int(out_offset) + op.count] = source.reshape(-1)
 
 
+def chunk_copy(op, x, y, *, n):
+    """The n chunks alone, in place."""
+    op.check_call(n=n)
+    y[: int(n) * op.chunk] = x[: int(n) * op.chunk]
+
+
 def warm(calls, status=None) -> dict:
     """Call each ``(kernel, args)`` of `calls` once, which compiles it or
     loads it compiled from the cache, calling ``status(text)`` before each

@@ -129,6 +129,15 @@ def strided_copy(
     )
 
 
+def chunk_copy(chunk: int, max_chunks: int, n: int, device: Device, dtype) -> Design:
+    """The first `n` chunks of x into y through one lane whose object is a
+    chunk: the configuration holds no n, the sequence moves n objects."""
+    size = chunk * max_chunks
+    lane = (0, chunk, TAP.linear(n * chunk), TAP.linear(n * chunk))
+    tensors = (Tensor("x", (size,), dtype, IN), Tensor("y", (size,), dtype, INOUT))
+    return dma_design("chunk_copy", device, tensors, [lane], dtype)
+
+
 def repeat(
     rows: int, cols: int, times: int, split: tuple[int, int], device: Device, dtype
 ) -> Design:

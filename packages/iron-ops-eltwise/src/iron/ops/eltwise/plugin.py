@@ -22,6 +22,7 @@ OPERATORS = {
     "RoPE": ("rope", "rotary position embedding (two_halves or interleaved)"),
     "MemCopy": ("mem_copy", "y = x"),
     "StridedCopy": ("strided_copy", "gather a strided pattern into a window of the output"),
+    "ChunkCopy": ("chunk_copy", "copy the first n chunks, n per call"),
     "Transpose": ("transpose", "y = x.T"),
     "Repeat": ("repeat", "repeat each row `repeat` times (repeat-interleave)"),
     "Dequant": ("dequant", "int4 codes x bf16 group scales -> bf16"),

@@ -121,6 +121,9 @@ class StridedCopy(Operator):
         )
         self._check_offsets(self.in_offset, self.out_offset)
 
+    def check_call(self, *, in_offset, out_offset) -> None:
+        self._check_offsets(in_offset, out_offset)
+
     def _check_offsets(self, in_offset, out_offset) -> None:
         """Per-call offsets keep both sides in range and 4-byte aligned."""
         in_offset, out_offset = int(in_offset), int(out_offset)
