@@ -89,7 +89,9 @@ def test_bad_options_are_refused(tiny_dir):
 
 def test_a_shape_the_operators_refuse_names_the_operator(tmp_path):
     directory = make_synthetic(tmp_path / "m")
-    config = (directory / "config.json").read_text().replace('"hidden_size": 512', '"hidden_size": 384')
+    config = (
+        (directory / "config.json").read_text().replace('"hidden_size": 512', '"hidden_size": 384')
+    )
     (directory / "config.json").write_text(config)
     with pytest.raises(Exception, match="hidden") as error:
         Model.from_pretrained(directory, backend="cpu", progress=False)

@@ -308,7 +308,7 @@ class GemmaGraph:
         angles = g.state(f"prefill.angles.{kind}", (rows, d))
         copy = StridedCopy(table.shape[0] * d, rows * d, sizes=(rows, d), strides=(d, 1))
         return g(copy, table.reshape(table.shape[0] * d), angles.reshape(rows * d),
-                 in_offset=begin * d).reshape(rows, d)  # fmt: skip
+                 in_offset=begin * d, out_offset=0).reshape(rows, d)  # fmt: skip
 
     def _prefill(self, g, w, caches, x, ple, begin, end, last):
         c, rows = self.config, self.chunk
@@ -359,7 +359,7 @@ class GemmaGraph:
                 x = scaled.reshape(rows, hidden)
         row = g.state("prefill.last_row", (hidden,))
         pick = StridedCopy(rows * hidden, hidden, sizes=(hidden,), strides=(1,))
-        row = g(pick, x.reshape(rows * hidden), row, in_offset=last * hidden)
+        row = g(pick, x.reshape(rows * hidden), row, in_offset=last * hidden, out_offset=0)
         return g(self.head(), row, w["model.norm.weight"], w["head"])
 
     def _per_layer_branch(self, g, w, i, x, x0, ple, gemm):
