@@ -380,7 +380,9 @@ class GemmaGraph:
         return g(ElementwiseAdd(size=rows * hidden), x, branch)
 
 
-def gemma_graph(plan: GemmaGraph, *, backend: str | None = None) -> GraphFunction:
+def gemma_graph(
+    plan: GemmaGraph, *, backend: str | None = None, trace_size: int = 0
+) -> GraphFunction:
     """The graph function of a packed model (see the module docstring)."""
     if plan.config.per_layer:
 
@@ -392,4 +394,4 @@ def gemma_graph(plan: GemmaGraph, *, backend: str | None = None) -> GraphFunctio
         def gemma(g, x, *, begin, end, last):
             return plan.forward(g, x, None, begin=begin, end=end, last=last)
 
-    return graph(gemma, name="gemma", backend=backend, device=plan.device)
+    return graph(gemma, name="gemma", backend=backend, device=plan.device, trace_size=trace_size)

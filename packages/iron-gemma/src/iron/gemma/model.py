@@ -47,18 +47,21 @@ class Model(GraphModel):
     once at load into the FLM family's bfp16ebs8); `max_seq_len`: positions
     the caches hold, a multiple of 128 from 512 up to the model's context
     (default 2048 or the context); `device`: an iron-core `Device` or its
-    name (default npu2: the Gemma kernels are aie2p-only); the rest is
+    name (default npu2: the Gemma kernels are aie2p-only); `trace_size`:
+    bytes of the trace buffer the device fills per call (the simulated
+    device's records hold each step's DDR bytes); the rest is
     `GraphModel`'s."""
 
     config_class = GemmaConfig
 
     def __init__(self, config: GemmaConfig, weights: GemmaWeights, tokenizer=None, *,
-                 weight_format: str = "bf16", **options):  # fmt: skip
+                 weight_format: str = "bf16", trace_size: int = 0, **options):  # fmt: skip
         try:
             self.weight_format = WeightFormat(weight_format)
         except ValueError:
             raise ValueError(f"Model: weight_format={weight_format!r}: 'bf16' or 'bfp16'") from None
         self.plan: GemmaGraph | None = None
+        self.trace_size = trace_size
         release, owns = options.get("release"), options.get("in_place")
         if release is not None and owns is not None:
             # most graph weights are packed copies, not the checkpoint's pages
@@ -100,7 +103,7 @@ class Model(GraphModel):
         self.plan = GemmaGraph.pack(
             self.config, self.weights, self.weight_format, device, self.max_seq_len
         )
-        return gemma_graph(self.plan, backend=backend)
+        return gemma_graph(self.plan, backend=backend, trace_size=self.trace_size)
 
     def graph_weights(self) -> dict[str, np.ndarray]:
         return self.plan.weights
