@@ -13,7 +13,7 @@ from iron.lm.cli import printable
 
 
 def test_make_synthetic_writes_a_gemma4_directory(tmp_path, capsys):
-    code, out, _ = run(capsys, "make-synthetic", tmp_path / "m", "--preset", "tiny", "--layers", 3)
+    code, _, _ = run(capsys, "make-synthetic", tmp_path / "m", "--preset", "tiny", "--layers", 3)
     assert code == 0
     config = GemmaConfig.from_file(tmp_path / "m")
     assert config == synthetic_config("tiny", 3)
@@ -82,7 +82,7 @@ def test_bad_input_exits_2_naming_the_rule(tiny_dir, capsys):
 @pytest.mark.slow
 def test_demo_on_sim_with_the_cpu_figure_beside_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("IRON_CACHE_HOME", str(tmp_path))
-    code, out, err = run(capsys, "demo", "--num-tokens", "6")
+    code, out, _ = run(capsys, "demo", "--num-tokens", "6")
     assert code == 0
     assert "a tiny synthetic Gemma 4 (5 layers" in out
     assert "functional simulator on this CPU" in out
