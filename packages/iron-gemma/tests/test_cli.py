@@ -46,15 +46,24 @@ def test_chat_template_comes_from_the_tokenizer_files(tiny_dir):
     assert text == "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n"
 
 
-def test_chat_answers_a_turn(tiny_dir, capsys, monkeypatch):
+def test_chat_feeds_the_template_to_the_model(tiny_dir, capsys, monkeypatch):
     lines = iter(["Hello", "/exit"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
-    code, out, _ = run(capsys, "chat", "--model", tiny_dir, "--num-tokens", 3, "--seed", 1,
-                       "--backend", "cpu")  # fmt: skip
-    assert code == 0 and out.strip()
+    fed = []
+    prefill = Model.prefill
+    monkeypatch.setattr(
+        Model, "prefill", lambda self, ids: fed.append(list(ids)) or prefill(self, ids)
+    )
+    code, _, _ = run(capsys, "chat", "--model", tiny_dir, "--num-tokens", 3, "--seed", 1,
+                     "--backend", "cpu")  # fmt: skip
+    assert code == 0
+    expected = Tokenizer.from_pretrained(tiny_dir).chat_prompt(
+        [{"role": "user", "content": "Hello"}]
+    )
+    assert fed == [expected]
 
 
-@pytest.mark.parametrize("weights", ["bf16", "bfp16"])
+@pytest.mark.parametrize("weights", ["bf16", pytest.param("bfp16", marks=pytest.mark.slow)])
 def test_check_accuracy_reports_each_weight_format(tiny_dir, capsys, weights):
     code, out, _ = run(capsys, "check-accuracy", "--model", tiny_dir, "--steps", 4,
                        "--weights", weights, "--backend", "cpu")  # fmt: skip
