@@ -190,12 +190,8 @@ class GemmaGraph:
             out["per_layer.norm"] = _bf16(weights["model.per_layer_projection_norm.weight"])
             out["ones"] = np.ones(c.hidden_size, bf16)
         out["model.norm.weight"] = _bf16(weights["model.norm.weight"])
-        head = self.head()
-        out["head"] = (
-            weights.head if fmt is WeightFormat.BF16 and weights.head.dtype == bf16 else None
-        )
-        if out["head"] is None:
-            out["head"] = head.pack(_bf16(weights.head))
+        in_place = fmt is WeightFormat.BF16 and weights.head.dtype == bf16
+        out["head"] = weights.head if in_place else self.head().pack(_bf16(weights.head))
         for kind in set(c.layer_types):
             table = rope_table(c, kind, max_seq_len + chunk)  # a chunk may run past the cache
             out[f"rope.{kind}"] = table[:max_seq_len].astype(bf16)
