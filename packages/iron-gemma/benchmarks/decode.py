@@ -115,7 +115,7 @@ def sim_ddr(directory: Path, weights: str) -> tuple[int, int]:
     model.prefill([2])  # one token: the decode version only
     model.decode(5)
     version = next(v for s, v in model.forward.versions.items() if s[0][1][0] == 1)
-    moved = sum(record["moved"] for record in read_trace(version.trace) if record["name"])
+    moved = sum(record["bytes"] for record in read_trace(version.trace))
     return moved, decode_weight_bytes(model)
 
 
