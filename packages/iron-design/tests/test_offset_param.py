@@ -13,11 +13,13 @@ from iron.design import (
     Drain,
     Fill,
     OutOfBoundsError,
+    Param,
     TransferError,
     examples,
     simulate,
     to_mlir,
 )
+from iron.design.model import canonical
 
 NPU2 = Device.from_name("npu2")
 
@@ -73,3 +75,18 @@ def test_an_offset_that_splits_a_word_is_refused():
     )
     with pytest.raises(TransferError, match="start=3 elements is 6 B"):
         simulate(bf16, {"x": np.zeros(1024, ml_dtypes.bfloat16)}, {"start": 3})
+
+
+def test_a_parameter_declares_the_member_it_carries():
+    design = windowed(NPU2)
+    carried = attrs.evolve(design, params=(Param("start", member="offset"),))
+    assert carried.params == ("start",) and carried.member("start") == "offset"
+    assert design.member("start") is None  # a name alone: derived by the operator
+    assert carried.digest() != design.digest()
+    # a design declaring no member keeps the digest it had before members existed
+    assert "members" not in canonical(design)
+
+
+def test_a_member_of_an_undeclared_parameter_is_a_design_error():
+    with pytest.raises(DesignError, match=r"member of parameter 'stop', which the design does"):
+        attrs.evolve(windowed(NPU2), members=(("stop", "n"),))

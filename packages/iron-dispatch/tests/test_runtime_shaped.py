@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 
 from iron.core import Device, OperatorError, bf16, compare
+from iron.core.cli import main
 from iron.dispatch import Session, graph
 from iron.dispatch.cache import CompileCache
+from iron.dispatch.program import Program
 from iron.ops.eltwise.chunk_copy import ChunkCopy
 from iron.ops.eltwise.mem_copy import MemCopy
+from iron.ops.eltwise.strided_copy import StridedCopy
 from iron.ops.flm.decode_layer import DecodeLayer
 from iron.ops.flm.gemm import FLMGemm
 from iron.ops.flm.lm_head import LMHead
@@ -116,33 +119,37 @@ def test_flm_gemm_runs_in_a_graph_on_every_backend(backend, tmp_path):
         judged(op, f(a), op.resolve(NPU2).reference(a, packed), [a, packed])
 
 
-def test_the_sweep_compiles_one_configuration_and_a_stream_per_m(tmp_path):
-    """One graph over Llama 3.2 1B's k,v projection at the sweep's 30 M
-    values: one configuration lowered, a stream per M, none twice (a
-    second session on the same cache reads both from disk)."""
-    K, N = PROJECTIONS["llama3.2-1b k,v"]
-    packed = FLMGemm(M=256, K=K, N=N).resolve(NPU2).pack_b(np.ones((K, N), np.float32))
+def sweep(session, M_values, K, N):
+    """One graph of FLMGemm at (K, N) compiled at each of `M_values`."""
+    project = projection(session, K, N)
+    for m in M_values:
+        project.compile(a=((m, K), bf16))
+    return session.library.streams
 
-    def sweep(session):
-        @graph(backend="sim", device="npu2", session=session)
-        def project(g, a):
-            return g(FLMGemm(M=a.shape[0], K=K, N=N), a, g.weight("b", packed))
 
-        for m in M_VALUES:
-            project.compile(a=((m, K), bf16))
-        return session.library.streams
-
+def test_six_m_compile_one_configuration_and_six_streams(tmp_path):
+    K, N = PROJECTIONS["gemma4-e2b k,v"]
     with Session(cache=tmp_path) as session:
-        streams = sweep(session)
+        streams = sweep(session, M_VALUES[:6], K, N)
+        assert (streams.configurations, streams.streams) == (1, 6)
+        sweep(session, M_VALUES[:6], K, N)  # the same versions: nothing new
+        assert (streams.configurations, streams.streams) == (1, 6)
+
+
+@pytest.mark.slow
+def test_the_sweep_compiles_one_configuration_and_a_stream_per_m(tmp_path, monkeypatch, capsys):
+    """One graph over Llama 3.2 1B's k,v projection at the sweep's 30 M
+    values: one configuration, a stream per M, each one cache entry
+    (`iron cache info` counts them apart)."""
+    K, N = PROJECTIONS["llama3.2-1b k,v"]
+    with Session(cache=tmp_path) as session:
+        streams = sweep(session, M_VALUES, K, N)
         assert (streams.configurations, streams.streams) == (1, len(M_VALUES)) == (1, 30)
     info = CompileCache(tmp_path).info()
     assert (info["configurations"], info["streams"]) == (1, 30)
-    with Session(cache=tmp_path) as session:  # lowered again in memory; nothing new on disk
-        sweep(session)
-    assert (
-        CompileCache(tmp_path).info()["configurations"],
-        CompileCache(tmp_path).info()["streams"],
-    ) == (1, 30)
+    monkeypatch.setenv("IRON_CACHE_HOME", str(tmp_path))
+    assert main(["cache", "info"]) == 0
+    assert "configurations: 1, streams: 30" in capsys.readouterr().out
 
 
 def projection(session, K, N):
@@ -156,6 +163,7 @@ def projection(session, K, N):
     return project
 
 
+@pytest.mark.slow
 def test_every_projection_of_the_sweep_shares_the_configuration(tmp_path):
     """The image holds no K, N nor M: every (K, N) of both models is one
     configuration."""
@@ -196,20 +204,61 @@ def test_one_chunk_copy_image_serves_n_3_1_16_3(backend, tmp_path):
 
 @pytest.mark.parametrize("backend", ["reference", "cpu", "sim"])
 def test_a_bad_dispatch_time_value_is_refused_before_anything_runs(backend, tmp_path):
+    """A step before the bad one writes a state: after the refusal the state
+    is what the last good call left."""
     op = ChunkCopy(chunk=256, max_chunks=16)
-    x = np.ones(op.chunk * op.max_chunks, bf16)
+    size = op.chunk * op.max_chunks
+    first = StridedCopy(
+        input_buffer_size=size, output_buffer_size=size, sizes=(size,), strides=(1,)
+    )
     with Session(cache=tmp_path) as session:
 
         @graph(backend=backend, device="npu2", session=session)
         def copy(g, x, *, n):
-            y = g(MemCopy(size=x.shape[0]), x)  # a step before the bad one
-            out = g.state("y", x.shape)
-            g(op, y, out, n=n)
-            return g(MemCopy(size=x.shape[0]), out)
+            seen = g.state("seen", (size,))
+            g(first, x, seen)  # runs first, in place
+            y = g.state("y", (size,))
+            g(op, x, y, n=n)
+            return g(MemCopy(size=size), y)
 
+        x = np.arange(size).astype(bf16)
         copy(x, n=2)
-        before = copy.versions[next(iter(copy.versions))].executable.buffers["output"].host.copy()
         with pytest.raises(OperatorError, match=r"ChunkCopy: n=17: between 1 and max_chunks=16"):
-            copy(x * 2, n=17)
-        after = copy.versions[next(iter(copy.versions))].executable.buffers["output"].host
-        assert np.array_equal(before, after)  # nothing ran
+            copy(x + 1, n=17)
+        assert np.array_equal(copy.read_state("seen").view(np.uint16), x.view(np.uint16))
+
+
+def test_a_design_parameter_whose_member_is_left_unset_is_refused():
+    """Softmax's `valid` carries the member of that name; unbound and None
+    it has no word to give (it used to be read as any integer field)."""
+    from iron.ops.eltwise.softmax import Softmax
+
+    @graph(backend="sim", device="npu2")
+    def soft(g, x):
+        return g(Softmax(rows=4, cols=64), x)
+
+    with pytest.raises(
+        ValueError,
+        match=r"parameter 'valid' carries Softmax's per-call member 'valid', which this step leaves unset",
+    ):
+        soft(np.zeros((4, 64), bf16))
+
+
+def test_a_runtime_shaped_program_step_reads_back_from_its_json(tmp_path):
+    op = ChunkCopy(chunk=256, max_chunks=16)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend="sim", device="npu2", session=session)
+        def copy(g, x, *, n):
+            y = g.state("y", x.shape)
+            g(op, x, y, n=n)
+            return g(MemCopy(size=x.shape[0]), y)
+
+        version = copy.compile(((op.chunk * op.max_chunks,), bf16))
+        (program,) = version.image.programs
+        step = program.steps[0]
+        assert step.stream and step.values == (("n", 0, 0),) and step.params == ()
+        assert Program.from_json(program.to_json()) == program
+        text = program.to_json().replace('"stream":true', '"stream":1')
+        with pytest.raises(ValueError, match=r"steps\[0\]\.stream"):
+            Program.from_json(text)

@@ -21,6 +21,7 @@ from iron.design import (
     design_of,
     simulate,
 )
+from iron.design.lower import lower, lower_stream
 from iron.design.model import canonical
 from iron.ops.flm import design as flm_design
 from iron.ops.flm.gemm import FLMGemm
@@ -393,3 +394,23 @@ def test_the_counters_equal_the_transfers_patterns():
     measured = {name: m.read + m.written for name, m in run.traffic.tensors.items()}
     assert measured == flm_design.transfer_bytes(run.design)
     assert measured == {"A": 256 * 512 * 2, "B": 512 * 1024 // 8 * 9, "C": 256 * 1024 * 2}
+
+
+@pytest.mark.parametrize(
+    "shape, other",
+    [((512, 512, 1024), (256, 512, 1536)), ((4096, 2048, 512), (256, 8192, 2048)),
+     ((1024, 6144, 1536), (16384, 2048, 512))],
+)  # fmt: skip
+def test_a_stream_lowered_against_another_shapes_configuration_is_its_own(shape, other):
+    """Shapes whose configuration is named alike make one configuration,
+    so the runtime sequence of `shape` lowered against the configuration
+    of `other` is the one a whole lowering of `shape` gives: what
+    iron-dispatch caches per M."""
+    op, base_op = (FLMGemm(M=m, K=k, N=n).resolve(NPU2) for m, k, n in (shape, other))
+    assert op.configuration() == base_op.configuration()
+    base, design = lower(design_of(base_op)), design_of(op)
+    whole = lower(design)
+    assert whole.configuration.digest() == base.configuration.digest()
+    streamed = lower_stream(base, design)
+    assert streamed.runtime == whole.runtime
+    assert streamed.design.sequence == design.sequence

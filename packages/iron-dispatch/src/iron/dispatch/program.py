@@ -9,7 +9,10 @@ the device block it configures (``<Operator>_<design digest[:8]>``, so a
 design repeated at 16 layers is one device) or, for an operator without a
 design, the host model it falls back to; its arguments are views of the
 consolidated buffers at the planned offsets; its design parameters read
-words of the 32-word parameter scratchpad (or constants).
+words of the 32-word parameter scratchpad (or constants), each bound by the
+member it carries (`iron.dispatch.values`). A runtime-shaped step also
+carries its operator's values, from which the simulated device takes the
+stream and derived words of each call (`iron.dispatch.streams`).
 """
 
 from __future__ import annotations
@@ -200,7 +203,7 @@ def _bindings_of(step, design: Design | None, where: str) -> dict:
     except BindingError as error:
         raise FusionError(str(error)) from None
     shaped = bool(derived_params(design)) or callable(getattr(type(step.op), "sequence", None))
-    return {"params": params, "values": members, "stream": shaped}
+    return {"params": params, "values": members if shaped else (), "stream": shaped}
 
 
 def plan_programs(image, designs: dict) -> tuple[Program, ...]:

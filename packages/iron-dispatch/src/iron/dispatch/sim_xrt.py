@@ -20,8 +20,11 @@
 - A run executes the program step by step: a step with a design runs
   its `iron.design.Simulator` (one per design, in the library: a later
   run replays the first) on the device-side bytes of its views, with its
-  parameters read from the run's control scratchpad; a step without one
-  runs its operator's host model on the same bytes. A traced program gets
+  parameters read from the run's control scratchpad; a runtime-shaped
+  step runs its configuration with the stream of the call's values and
+  their derived words (`iron.dispatch.streams`, a simulator per stream);
+  a step without a design runs its operator's host model on the same
+  bytes. A traced program gets
   one `TRACE_RECORD` per step in its trace buffer.
 
 What is not simulated: timing (the trace's ticks count DDR words moved,
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import struct
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,6 +102,7 @@ class Library:
         self.operators: dict[str, Operator] = {}
         self.streams = streams if streams is not None else Streams()
         self._streamed: collections.OrderedDict[tuple, Simulator] = collections.OrderedDict()
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
         self.designs.clear()
@@ -112,13 +117,14 @@ class Library:
         stream for `values`, and the parameter words it reads."""
         stream = self.streams.stream(self.operators[digest], self.designs[digest], values)
         key = (digest, tuple(sorted(values.items())))
-        simulator = self._streamed.get(key)
-        if simulator is None or simulator.lowered is not stream.lowered:
-            simulator = Simulator(stream.lowered.design, lowered=stream.lowered)
-            self._streamed[key] = simulator
-            if len(self._streamed) > Streams.KEPT:
-                self._streamed.popitem(last=False)
-        return simulator, stream.params
+        with self._lock:  # graph functions of one session share the library
+            simulator = self._streamed.get(key)
+            if simulator is None or simulator.lowered is not stream.lowered:
+                simulator = Simulator(stream.lowered.design, lowered=stream.lowered)
+                self._streamed[key] = simulator
+                if len(self._streamed) > Streams.KEPT:
+                    self._streamed.popitem(last=False)
+            return simulator, stream.params
 
     def simulator(self, digest: str) -> Simulator:
         """The simulator of the design `digest` names."""

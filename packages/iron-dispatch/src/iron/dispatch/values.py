@@ -37,15 +37,18 @@ def step_values(bindings, words) -> dict[str, int]:
 
 def member_bindings(op: Operator, words, constants) -> tuple[Binding, ...]:
     """Every per-call member of `op`: its word, its constant, else its
-    declared default (the field value the reference sees unbound)."""
+    declared default (the field value the reference sees unbound); a
+    member left None (no value: Softmax's `valid` over whole rows) is not
+    bound at all."""
     bound, fixed = dict(words), dict(constants)
     out = []
     for member in op.per_call_members():
         if member in bound:
             out.append((member, bound[member], 0))
-        else:
-            value = fixed.get(member, getattr(op, member))
-            out.append((member, -1, 0 if value is None else int(value)))
+            continue
+        value = fixed.get(member, getattr(op, member))
+        if value is not None:
+            out.append((member, -1, int(value)))
     return tuple(out)
 
 
@@ -71,6 +74,12 @@ def member_params(
                     f"{type(op).__name__} provides no runtime_params(**values)"
                 )
             continue
+        if member in op.per_call_members() and member not in by_member:
+            raise BindingError(
+                f"{where}: design {design.name} parameter {name!r} carries "
+                f"{type(op).__name__}'s per-call member {member!r}, which this step leaves "
+                "unset: bind it to a per-call value or give it one"
+            )
         if member not in by_member:
             raise BindingError(
                 f"{where}: design {design.name} parameter {name!r} carries member {member!r}, "
@@ -100,13 +109,19 @@ def design_params(op: Operator, design: Design, values: Mapping[str, int]) -> di
 
 
 def per_call_checks(steps) -> list:
-    """(operator, bindings) of each image step whose values are bound per
-    call: what `check_calls` validates before a call dispatches anything."""
-    return [(s.op, s.bindings) for s in steps if s.words]
+    """(operator, its per-call members' defaults, bindings) of each image
+    step whose values are bound per call: what `check_calls` validates
+    before a call dispatches anything."""
+    return [
+        (s.op, {m: getattr(s.op, m) for m in s.op.per_call_members()}, s.bindings)
+        for s in steps
+        if s.words
+    ]
 
 
 def check_calls(checks, words) -> None:
-    """Every step's per-call values checked by its operator's `check_call`
-    (an `OperatorError` naming the operator, value and rule)."""
-    for op, bindings in checks:
-        op.check_call(**step_values(bindings, words))
+    """Every step's per-call values (unbound ones at their defaults)
+    checked by its operator's `check_call` (an `OperatorError` naming the
+    operator, value and rule)."""
+    for op, defaults, bindings in checks:
+        op.check_call(**{**defaults, **step_values(bindings, words)})

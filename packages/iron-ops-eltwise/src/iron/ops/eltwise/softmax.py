@@ -46,6 +46,10 @@ class Softmax(Operator):
         check_array(self, "rows", self.rows, "rows")
         self._check_valid(self.valid)
 
+    def check_call(self, *, valid) -> None:
+        """Refuse a call's `valid` before anything runs."""
+        self._check_valid(valid)
+
     def _check_valid(self, valid):
         if valid is not None and not 1 <= valid <= self.cols:
             raise OperatorError(

@@ -156,6 +156,10 @@ class CacheReader(Operator):
         """Query heads per KV head."""
         return self.heads // self.kv_heads
 
+    def check_call(self, *, valid) -> None:
+        """Refuse a call's `valid` before anything runs."""
+        self.positions(valid)
+
     def positions(self, valid) -> int:
         """The positions a call with per-call `valid` reads (None: all)."""
         if valid is None:
