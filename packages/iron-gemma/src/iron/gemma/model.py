@@ -15,7 +15,6 @@ tokens still read.
 
 from __future__ import annotations
 
-import logging
 import math
 
 import numpy as np
@@ -29,8 +28,6 @@ from iron.lm import Checkpoint, GraphModel
 from iron.ops.flm.weights import WeightFormat
 
 __all__ = ["DEFAULT_MAX_SEQ_LEN", "Model"]
-
-log = logging.getLogger("iron.gemma")
 
 #: the cache length when none is asked for
 DEFAULT_MAX_SEQ_LEN = 2048
