@@ -45,6 +45,14 @@ def test_cpu_agrees_with_the_oracle(tiny_dir, oracle, weights):
     assert shifted > 100 * kl.max()
 
 
+def test_a_prompt_of_whole_rounds_takes_its_logits_from_the_chunk(tiny_dir, oracle):
+    model = Model.from_pretrained(tiny_dir, backend="cpu", progress=False)
+    ids = tokens(2 * ROUND, seed=4)  # no tail: row `last` of the chunk through LMHead
+    kl, _ = teacher_forced(model, oracle, ids, tokens(2, seed=5))
+    assert kl.mean() <= BOUNDS["mean"] and kl.max() <= BOUNDS["max"]
+    assert model.metrics.decode_seconds and len(model.metrics.decode_seconds) == 2
+
+
 def test_bfp16_packs_the_weights(tiny_dir):
     bf16 = Model.from_pretrained(tiny_dir, backend="cpu", progress=False)
     bfp16 = Model.from_pretrained(tiny_dir, backend="cpu", weight_format="bfp16", progress=False)
