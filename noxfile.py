@@ -7,6 +7,7 @@ every family is proven installable on its own.
     uv run nox -s lint
     uv run nox -s readmes       # every code block of every README
     uv run nox -s slow          # the cases marked slow, across packages
+    uv run nox -s hf-parity     # the Gemma oracle against transformers (not by default)
 """
 
 from __future__ import annotations
@@ -97,3 +98,14 @@ def lint(session: nox.Session) -> None:
     session.install("-r", str(_export(session, "--only-group", "dev")))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(name="hf-parity", venv_backend="virtualenv")
+def hf_parity(session: nox.Session) -> None:
+    """iron-gemma's oracle against transformers' Gemma 4 (torch and
+    transformers installed here only: never a dependency). pip, not uv, so
+    torch==2.13.0 resolves to the CPU wheel the machine's pip config offers."""
+    requirements = _export(session, "--package", _distribution("iron-gemma"), "--extra", "test")
+    session.install("-r", str(requirements), "./packages/iron-gemma")
+    session.install("torch==2.13.0", "transformers>=5.5", "safetensors")
+    session.run("pytest", "packages/iron-gemma/tests/test_hf_parity.py", *session.posargs)
