@@ -6,7 +6,12 @@ is installed; its public names are also importable from `iron.core.testing`.
 - markers ``npu`` (needs an NPU and pyxrt) and ``toolchain`` (needs
   mlir-aie): such tests skip with the reason where that is absent, and the
   probe runs only for tests that carry the marker;
-- marker ``slow`` (the default sessions deselect it; ``nox -s slow`` runs it);
+- marker ``slow`` (the default sessions deselect it; ``nox -s slow`` runs it)
+  and ``bench`` (a benchmark's smoke run: ``nox -s bench`` runs them);
+- ``IRON_KERNEL_CACHE`` is set for the run, when unset, to where host
+  kernels are cached before any test moves ``IRON_CACHE_HOME``: a test (or
+  a process it starts) with a private cache still loads compiled kernels
+  instead of compiling them again;
 - fixture ``npu_stack``: ``npu_stack(present=False)`` makes the environment
   probes report this host without mlir-aie, pyxrt and an NPU (``True``: with
   them), so a test of what IRON says about either holds on any host;
@@ -55,6 +60,10 @@ def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "slow: long-running; deselected by default, run by `nox -s slow`"
     )
+    config.addinivalue_line(
+        "markers", "bench: a benchmark's smoke run; the package sessions leave it to `nox -s bench`"
+    )
+    settings.pin_kernel_cache()
 
 
 def pytest_runtest_setup(item) -> None:
