@@ -77,7 +77,9 @@ def _pytest(session: nox.Session, requirements: Path, *args: str, success_codes=
     with compiled host kernels kept in `KERNELS`."""
     workers = ["-n", "2"] if re.search(r"^pytest-xdist==", requirements.read_text(), re.M) else []
     session.env["IRON_KERNEL_CACHE"] = str(KERNELS)
-    session.run("pytest", *workers, *args, *session.posargs, success_codes=list(success_codes))
+    # the slowest cases named in the log: where a session's minutes went
+    session.run("pytest", *workers, "--durations=5", *args, *session.posargs,
+                success_codes=list(success_codes))  # fmt: skip
 
 
 def _distribution(package: str) -> str:
