@@ -12,6 +12,8 @@ is installed; its public names are also importable from `iron.core.testing`.
   kernels are cached before any test moves ``IRON_CACHE_HOME``: a test (or
   a process it starts) with a private cache still loads compiled kernels
   instead of compiling them again;
+- under pytest-xdist, a worker takes Ctrl-C again (its workers ignore it,
+  and the processes a test starts would inherit that);
 - fixture ``npu_stack``: ``npu_stack(present=False)`` makes the environment
   probes report this host without mlir-aie, pyxrt and an NPU (``True``: with
   them), so a test of what IRON says about either holds on any host;
@@ -25,6 +27,7 @@ is installed; its public names are also importable from `iron.core.testing`.
 
 from __future__ import annotations
 
+import signal
 from importlib.metadata import PackageNotFoundError, distribution
 
 import pytest
@@ -64,6 +67,11 @@ def pytest_configure(config) -> None:
         "markers", "bench: a benchmark's smoke run; the package sessions leave it to `nox -s bench`"
     )
     settings.pin_kernel_cache()
+    if hasattr(config, "workerinput") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # a pytest-xdist worker ignores Ctrl-C (its controller handles it), and
+        # a process it starts would inherit that: a test sending one SIGINT
+        # would wait for nothing. Its children take Ctrl-C as a shell's do.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_runtest_setup(item) -> None:
