@@ -88,10 +88,11 @@ def _distribution(package: str) -> str:
     return re.search(r'^name = "([^"]+)"$', pyproject, re.M).group(1)
 
 
-def _install_package(session: nox.Session, package: str) -> None:
+def _install_package(session: nox.Session, package: str) -> Path:
     """Install `package` (not editable: the wheel users get), its workspace
-    siblings and its test extra; then any fixture distributions its tests
-    ship under tests/plugins/*/ (third-party plugins the tests look for)."""
+    siblings and its test extra, and any fixture distributions its tests
+    ship under tests/plugins/*/ (third-party plugins the tests look for);
+    returns the requirements installed."""
     requirements = _export(session, "--package", _distribution(package), "--extra", "test")
     fixtures = sorted(ROOT.glob(f"packages/{package}/tests/plugins/*/pyproject.toml"))
     session.install(
