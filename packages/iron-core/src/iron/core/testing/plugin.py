@@ -12,8 +12,8 @@ is installed; its public names are also importable from `iron.core.testing`.
   kernels are cached before any test moves ``IRON_CACHE_HOME``: a test (or
   a process it starts) with a private cache still loads compiled kernels
   instead of compiling them again;
-- under pytest-xdist, a worker takes Ctrl-C again (its workers ignore it,
-  and the processes a test starts would inherit that);
+- a run started with Ctrl-C ignored (a script's background job) takes it
+  again, so the processes tests start and interrupt are not deaf to it;
 - fixture ``npu_stack``: ``npu_stack(present=False)`` makes the environment
   probes report this host without mlir-aie, pyxrt and an NPU (``True``: with
   them), so a test of what IRON says about either holds on any host;
@@ -67,10 +67,11 @@ def pytest_configure(config) -> None:
         "markers", "bench: a benchmark's smoke run; the package sessions leave it to `nox -s bench`"
     )
     settings.pin_kernel_cache()
-    if hasattr(config, "workerinput") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        # a pytest-xdist worker ignores Ctrl-C (its controller handles it), and
-        # a process it starts would inherit that: a test sending one SIGINT
-        # would wait for nothing. Its children take Ctrl-C as a shell's do.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # started where Ctrl-C is ignored (a background job of a script,
+        # nohup), every process a test starts would inherit that, and a test
+        # that interrupts one would wait for nothing: they take Ctrl-C as a
+        # terminal's children do
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
