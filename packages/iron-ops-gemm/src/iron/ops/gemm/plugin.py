@@ -43,9 +43,8 @@ def iron_doctor(report):
             ok=False,
         )
         return
-    cache = (
-        settings.current().kernel_cache / "iron.ops.gemm.host"
-    )  # as iron.ops.eltwise.host keeps it
+    # where iron.ops.eltwise.host keeps this module's compiled kernels
+    cache = settings.current().kernel_cache / "iron.ops.gemm.host"
     cached = len(list(cache.glob("*.nbi")))
     report(
         "host kernels (gemm)",
