@@ -25,6 +25,7 @@ SESSIONS = {p.parent.name for p in ROOT.glob("packages/*/pyproject.toml")} | {
     "slow",
     "lint",
     "readmes",
+    "bench",
 }
 #: a chat template in the form Llama 3's Instruct models ship, for the stand-in
 #: of an Instruct checkpoint (the synthetic tokenizer spells the markers out)

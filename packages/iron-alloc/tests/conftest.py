@@ -7,6 +7,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "slow: takes more than a few seconds (run by the slow session)"
     )
+    config.addinivalue_line("markers", "bench: a benchmark's smoke run (run by the bench session)")
 
 
 def _reference_greedy(ranges, sizes, alignment=1):

@@ -2,6 +2,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from iron.alloc import LiveRange, live_ranges
 from iron.alloc.bench import load_instance, random_steps
 
@@ -26,6 +28,7 @@ def test_random_graph_is_reproducible_and_mostly_poolable():
     assert any(sum(name in reads for reads, _ in steps) > 1 for name in ranges)  # fan-out
 
 
+@pytest.mark.bench
 def test_quick_benchmark_prints_the_expected_rows():
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick"], capture_output=True, text=True, timeout=300

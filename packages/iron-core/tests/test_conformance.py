@@ -3,7 +3,17 @@ import numpy as np
 import pytest
 from core_fakes import Accumulate, CopyAt, RowNorm, Square, SquarePlusOne
 
-from iron.core import Case, Composite, Operator, OperatorError, Tolerance, bf16, same_shape_unary
+from iron.core import (
+    Case,
+    Composite,
+    Operator,
+    OperatorError,
+    Tolerance,
+    bf16,
+    hookimpl,
+    registry,
+    same_shape_unary,
+)
 from iron.core.conformance import ConformanceCase, ConformanceError, check, check_importable_alone
 from iron.core.testing import check_conformance, conformance_params, require_distribution
 
@@ -139,3 +149,44 @@ def test_third_party_family_declares_its_cases():
         "Scale[size=1024]",
         "Scale[size=256,factor=-0.5]",
     ]
+
+
+# ---- every module of a family imports alone, probed by one interpreter ----
+
+
+class Probed:
+    @staticmethod
+    @hookimpl
+    def iron_register_operators(register):
+        register("First", "probe_first:Thing", summary="imports")
+        register("NeedsFirst", "probe_needs_first:Thing", summary="only after probe_first")
+        register("Missing", "probe_first:NoSuchThing", summary="no such class")
+        register("Absent", "probe_absent:Thing", summary="no such module")
+
+
+@pytest.fixture
+def probed(tmp_path, monkeypatch):
+    (tmp_path / "probe_first.py").write_text("class Thing:\n    pass\n")
+    (tmp_path / "probe_needs_first.py").write_text(
+        "import sys\n\nassert 'probe_first' in sys.modules, 'probe_first not imported'\n"
+        "Thing = sys.modules['probe_first'].Thing\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    registry.register_plugin(Probed, name="probed")
+    yield
+    registry.unregister_plugin("probed")
+
+
+def test_each_module_is_probed_as_if_no_other_were_imported_before_it(probed):
+    check_importable_alone("First")
+    with pytest.raises(ConformanceError) as error:
+        check_importable_alone("First", "NeedsFirst", "Missing", "Absent")
+    broken = [line for line in str(error.value).splitlines() if "does not import alone" in line]
+    assert broken == [
+        "NeedsFirst: probe_needs_first does not import alone:",
+        "Missing: probe_first does not import alone:",
+        "Absent: probe_absent does not import alone:",
+    ]
+    text = str(error.value)
+    assert "probe_first not imported" in text and "NoSuchThing" in text
+    assert "No module named 'probe_absent'" in text

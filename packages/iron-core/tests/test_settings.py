@@ -20,6 +20,7 @@ def test_environment_values_and_their_source():
         "IRON_DEVICE": "npu1",
         "IRON_POISON": "1",
         "IRON_CACHE_HOME": "/tmp/iron-cache",
+        "IRON_KERNEL_CACHE": "/tmp/iron-kernels",
         "IRON_PLUGINS": " eltwise, gemm ,",
         "IRON_DISABLE_PLUGINS": "*",
         "IRON_DEBUG": "1",
@@ -30,7 +31,7 @@ def test_environment_values_and_their_source():
     assert (s.backend, s.device, s.poison, s.debug, s.require_fixture_plugins) == (
         "sim", "npu1", True, True, True,
     )  # fmt: skip
-    assert s.cache_home == Path("/tmp/iron-cache")
+    assert (s.cache_home, s.kernel_cache) == (Path("/tmp/iron-cache"), Path("/tmp/iron-kernels"))
     assert s.plugins == {"eltwise", "gemm"} and s.disable_plugins == {"*"}
     assert set(s.sources.values()) == {"env"}
     assert ("IRON_PLUGINS", "eltwise,gemm", "env", None) in report({}, env)
@@ -80,10 +81,21 @@ def test_a_cache_home_is_an_absolute_path_to_a_folder_or_nothing_yet(tmp_path):
             Settings.from_environment({"IRON_CACHE_HOME": text})
 
 
+def test_the_kernel_cache_follows_the_cache_home_unless_given(tmp_path):
+    """A test that keeps a private IRON_CACHE_HOME may still share compiled kernels."""
+    home = {"IRON_CACHE_HOME": str(tmp_path / "home")}
+    assert Settings.from_environment(home).kernel_cache == tmp_path / "home" / "numba"
+    given = {**home, "IRON_KERNEL_CACHE": str(tmp_path / "kernels")}
+    assert Settings.from_environment(given).kernel_cache == tmp_path / "kernels"
+    with pytest.raises(SettingsError, match="IRON_KERNEL_CACHE='kernels': must be an absolute"):
+        Settings.from_environment({"IRON_KERNEL_CACHE": "kernels"})
+
+
 def test_one_variable_is_read_alone():
     """The registry reads its lists so: a malformed flag does not stop it."""
     environ = {"IRON_DEBUG": "yes", "IRON_PLUGINS": "a, b"}
     assert value("IRON_PLUGINS", environ) == {"a", "b"}
     with pytest.raises(SettingsError, match="IRON_DEBUG='yes'"):
         value("IRON_DEBUG", environ)
-    assert report({"IRON_DEBUG": "bad"}, environ)[6] == ("IRON_DEBUG", "yes", "env", "bad")
+    rows = {row[0]: row for row in report({"IRON_DEBUG": "bad"}, environ)}
+    assert rows["IRON_DEBUG"] == ("IRON_DEBUG", "yes", "env", "bad")

@@ -2,9 +2,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "simulate.py"
 
 
+@pytest.mark.bench
 def test_simulate_benchmark_runs_and_checks_its_answers():
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick"], capture_output=True, text=True, timeout=300

@@ -2,9 +2,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "host.py"
 
 
+@pytest.mark.bench
 def test_host_benchmark_runs_and_reports_every_figure(tmp_path):
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--calls", "200"], capture_output=True, text=True, timeout=300

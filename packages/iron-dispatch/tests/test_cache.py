@@ -208,6 +208,20 @@ def test_cache_info_and_clear_commands(capsys):
     assert CompileCache().info()["entries"] == 0
 
 
+def test_info_without_verifying_reads_sizes_only():
+    """What `iron doctor` summarises: a file changed in place at its size
+    passes the size check and fails the full one; a truncated one fails both."""
+    compile_once(scaled(6.0))
+    (entry,) = CompileCache().entries()
+    program = Path(entry["path"]) / "program0.json"
+    text = program.read_bytes()
+    program.write_bytes(text[:-1] + (b" " if text[-1:] != b" " else b"\n"))
+    assert CompileCache().info(verify=False)["entries"] == 1
+    assert CompileCache().info()["entries"] == 0
+    program.write_bytes(text[:-1])
+    assert CompileCache().info(verify=False)["entries"] == 0
+
+
 def test_clear_leaves_foreign_data_and_symlinks_alone(tmp_path, monkeypatch):
     shared = tmp_path / "shared"  # IRON_CACHE_HOME pointed at a folder other tools use
     (shared / "ab").mkdir(parents=True)

@@ -8,6 +8,9 @@ import pytest
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "decode.py"
 
+#: the benchmark scripts run: `nox -s bench` (the slow one: `nox -s slow`)
+pytestmark = pytest.mark.bench
+
 
 def test_decode_benchmark_quick_run_reports_every_figure(tmp_path):
     """Two interleaved rounds: every figure a median, every round's pairs."""

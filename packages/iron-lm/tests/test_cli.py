@@ -83,10 +83,12 @@ def test_sampling_flags_reach_the_sampler_and_a_seed_repeats_the_draws(bigram_di
 
 
 def test_check_accuracy_and_determinism_as_json(bigram_dir, capsys):
-    code, out, _ = run(capsys, "check-accuracy", "-m", bigram_dir, "--steps", 6, "--json",
-                       "--backend", "reference")  # fmt: skip
+    code, out, err = run(capsys, "check-accuracy", "-m", bigram_dir, "--steps", 6, "--json",
+                         "--backend", "reference")  # fmt: skip
     report = json.loads(out)
     assert code == 0 and report["passed"] is True and report["check"] == "accuracy"
+    # the wait says what it is, on stderr (stdout is the JSON alone)
+    assert "accuracy: 6 teacher-forced steps against the float32 oracle ..." in err
     assert report["steps"] == len(report["kl"]) == 6 and report["backend"] == "reference"
     assert 0 < report["mean_kl"] < report["bounds"]["mean_kl"]
     code, out, _ = run(capsys, "check-accuracy", "-m", bigram_dir, "--steps", 6, "--json",

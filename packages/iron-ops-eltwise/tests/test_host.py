@@ -174,6 +174,7 @@ def test_kernels_are_cached_in_the_user_cache_and_loaded_by_any_copy_of_the_code
         (tmp_path / copy / "iron" / "probe_kernels.py").write_text(PROBE)
         env = {**os.environ, "IRON_CACHE_HOME": str(cache)}
         env.pop("NUMBA_CACHE_DIR", None)
+        env.pop("IRON_KERNEL_CACHE", None)  # the default: under IRON_CACHE_HOME
         found = subprocess.run(
             [sys.executable, "-c", RUN_PROBE, str(tmp_path / copy)],
             capture_output=True, text=True, env=env, check=True,

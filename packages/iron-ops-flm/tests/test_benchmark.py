@@ -8,6 +8,9 @@ import pytest
 
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 
+#: the benchmark scripts run: `nox -s bench` (the slow one: `nox -s slow`)
+pytestmark = pytest.mark.bench
+
 
 def load(name="traffic"):
     spec = importlib.util.spec_from_file_location(f"flm_{name}", BENCHMARKS / f"{name}.py")

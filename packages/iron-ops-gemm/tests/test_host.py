@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import ml_dtypes
 import numba
@@ -266,3 +267,30 @@ def test_operators_name_their_host_kernels_and_warm_up_reports_the_jit():
     report = warm_up()
     assert report["threads"] == numba.get_num_threads() and report["seconds"] >= 0
     assert report["cache_dir"]
+
+
+DOCTOR = """
+import contextlib, io, sys
+from iron.core.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    main(["doctor"])
+print(next(line for line in out.getvalue().splitlines() if "host kernels (gemm)" in line))
+print("numba imported" if "numba" in sys.modules else "numba not imported")
+"""
+
+
+def test_doctor_counts_the_cached_kernels_without_importing_numba(tmp_path):
+    def doctor(kernels):
+        env = {**os.environ, "IRON_KERNEL_CACHE": str(kernels)}
+        found = subprocess.run([sys.executable, "-c", DOCTOR], capture_output=True, text=True,
+                               env=env, check=True)  # fmt: skip
+        return found.stdout.splitlines()
+
+    line, imported = doctor(tmp_path / "kernels")
+    assert imported == "numba not imported"
+    where = tmp_path / "kernels" / "iron.ops.gemm.host"
+    assert line.endswith(f"numba {numba.__version__}; 0 kernel(s) compiled in {where} "
+                         "(the rest compile on first use)")  # fmt: skip
+    cache = Path(warm_up()["cache_dir"])  # the 7 kernels it calls, in this run's cache
+    line, _ = doctor(cache.parent)
+    assert int(line.split("; ")[1].split()[0]) >= 7 and f"compiled in {cache} " in line

@@ -79,6 +79,7 @@ VARIABLES = (
     Variable("IRON_DEVICE", "device", "npu2"),
     Variable("IRON_POISON", "poison", "0", _flag),
     Variable("IRON_CACHE_HOME", "cache_home", "the user cache directory + /iron", _folder),
+    Variable("IRON_KERNEL_CACHE", "kernel_cache", "IRON_CACHE_HOME + /numba", _folder),
     Variable("IRON_PLUGINS", "plugins", "", _names),
     Variable("IRON_DISABLE_PLUGINS", "disable_plugins", "", _names),
     Variable("IRON_DEBUG", "debug", "0", _flag),
@@ -100,6 +101,8 @@ def value(name: str, environ: Mapping[str, str] | None = None):
     if text is None:
         if variable.field == "cache_home":
             return _default_cache_home()
+        if variable.field == "kernel_cache":
+            return value("IRON_CACHE_HOME", environ) / "numba"
         return None if variable.field == "plugins" else variable.parse(variable.default)
     try:
         return variable.parse(text)
@@ -120,6 +123,7 @@ class Settings:
     device: str
     poison: bool
     cache_home: Path
+    kernel_cache: Path
     plugins: frozenset[str] | None
     disable_plugins: frozenset[str]
     debug: bool
@@ -177,3 +181,15 @@ def report(
 def current() -> Settings:
     """The settings of this process's environment, read now."""
     return Settings.from_environment(os.environ)
+
+
+def pin_kernel_cache() -> None:
+    """Set ``IRON_KERNEL_CACHE`` in this process's environment, when unset,
+    to its value now, so that moving ``IRON_CACHE_HOME`` later (a test's
+    private cache) leaves compiled host kernels where they are; a malformed
+    cache folder is left for its reader to refuse."""
+    try:
+        kernels = value("IRON_KERNEL_CACHE")
+    except SettingsError:
+        return
+    os.environ.setdefault("IRON_KERNEL_CACHE", str(kernels))

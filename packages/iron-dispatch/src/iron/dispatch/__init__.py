@@ -1,44 +1,39 @@
 """iron-dispatch: operator sequences and their layout, graph functions with
 per-shape versions sharing one arena, the reference / cpu / sim / npu backends,
-the compile cache, and the session that owns a function's runtime state."""
+the compile cache, and the session that owns a function's runtime state.
 
-from iron.dispatch.backends import Backend, BackendUnavailable, CompilingBackend, Executable
-from iron.dispatch.cache import CompileCache, cache_home
-from iron.dispatch.executable import StepReport
-from iron.dispatch.graph import GraphFunction, Version, graph
-from iron.dispatch.image import CompileError, Image
-from iron.dispatch.layout import Layout, arena_layout, plan_layout
-from iron.dispatch.memory import DeviceBuffer, GranuleError
-from iron.dispatch.residents import Residents
-from iron.dispatch.runlist import LayoutError, Runlist
-from iron.dispatch.runner import run
-from iron.dispatch.selection import get_backend
-from iron.dispatch.sequence import OperatorSequence
-from iron.dispatch.session import Session
+Importing this package imports none of its modules: each name below is
+imported from its module on first use (`iron.core.lazy`), so a plugin that
+lives here costs the `iron` command nothing it does not use."""
 
-__all__ = [
-    "Backend",
-    "BackendUnavailable",
-    "CompileCache",
-    "CompileError",
-    "CompilingBackend",
-    "DeviceBuffer",
-    "Executable",
-    "GranuleError",
-    "GraphFunction",
-    "Image",
-    "Layout",
-    "LayoutError",
-    "OperatorSequence",
-    "Residents",
-    "Runlist",
-    "Session",
-    "StepReport",
-    "Version",
-    "arena_layout",
-    "cache_home",
-    "get_backend",
-    "graph",
-    "plan_layout",
-    "run",
-]
+from iron.core.lazy import lazy_exports
+
+#: exported name -> the module under iron.dispatch that defines it
+EXPORTS = {
+    "Backend": "backends",
+    "BackendUnavailable": "backends",
+    "CompilingBackend": "backends",
+    "Executable": "backends",
+    "CompileCache": "cache",
+    "cache_home": "cache",
+    "StepReport": "executable",
+    "GraphFunction": "graph",
+    "Version": "graph",
+    "graph": "graph",
+    "CompileError": "image",
+    "Image": "image",
+    "Layout": "layout",
+    "arena_layout": "layout",
+    "plan_layout": "layout",
+    "DeviceBuffer": "memory",
+    "GranuleError": "memory",
+    "Residents": "residents",
+    "LayoutError": "runlist",
+    "Runlist": "runlist",
+    "run": "runner",
+    "get_backend": "selection",
+    "OperatorSequence": "sequence",
+    "Session": "session",
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, EXPORTS)

@@ -199,6 +199,7 @@ def _check_accuracy(app: App, args: argparse.Namespace) -> int:
     ids = Tokenizer.from_pretrained(args.model).prompt(text)
     bounds = AccuracyBounds(args.mean_kl, args.p90_kl, args.max_kl)
     model = _load(app, args, len(ids), args.steps)
+    _status(app, f"accuracy: {args.steps} teacher-forced steps against the float32 oracle")
     report = check_accuracy(app.oracle(args.model), model, ids, steps=args.steps, bounds=bounds)
     about = {"model": str(args.model), "prompt_tokens": len(ids), "backend": model.metrics.backend}
     if args.json:

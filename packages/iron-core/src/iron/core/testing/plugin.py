@@ -6,7 +6,14 @@ is installed; its public names are also importable from `iron.core.testing`.
 - markers ``npu`` (needs an NPU and pyxrt) and ``toolchain`` (needs
   mlir-aie): such tests skip with the reason where that is absent, and the
   probe runs only for tests that carry the marker;
-- marker ``slow`` (the default sessions deselect it; ``nox -s slow`` runs it);
+- marker ``slow`` (the default sessions deselect it; ``nox -s slow`` runs it)
+  and ``bench`` (a benchmark's smoke run: ``nox -s bench`` runs them);
+- ``IRON_KERNEL_CACHE`` is set for the run, when unset, to where host
+  kernels are cached before any test moves ``IRON_CACHE_HOME``: a test (or
+  a process it starts) with a private cache still loads compiled kernels
+  instead of compiling them again;
+- a run started with Ctrl-C ignored (a script's background job) takes it
+  again, so the processes tests start and interrupt are not deaf to it;
 - fixture ``npu_stack``: ``npu_stack(present=False)`` makes the environment
   probes report this host without mlir-aie, pyxrt and an NPU (``True``: with
   them), so a test of what IRON says about either holds on any host;
@@ -20,6 +27,7 @@ is installed; its public names are also importable from `iron.core.testing`.
 
 from __future__ import annotations
 
+import signal
 from importlib.metadata import PackageNotFoundError, distribution
 
 import pytest
@@ -55,6 +63,16 @@ def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "slow: long-running; deselected by default, run by `nox -s slow`"
     )
+    config.addinivalue_line(
+        "markers", "bench: a benchmark's smoke run; the package sessions leave it to `nox -s bench`"
+    )
+    settings.pin_kernel_cache()
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # started where Ctrl-C is ignored (a background job of a script,
+        # nohup), every process a test starts would inherit that, and a test
+        # that interrupts one would wait for nothing: they take Ctrl-C as a
+        # terminal's children do
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_runtest_setup(item) -> None:

@@ -39,7 +39,8 @@ from iron.core import bf16, settings
 
 class _UserCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
     """Numba's cache of an ``iron.*`` module's kernels in the user cache,
-    ``IRON_CACHE_HOME/numba/<module>``, instead of beside the source: every
+    ``IRON_KERNEL_CACHE/<module>`` (``IRON_CACHE_HOME/numba/<module>`` by
+    default), instead of beside the source: every
     venv and clone of the same code then loads what one compiled (numba's
     own stamp, the source's sha256, and its version check keep a changed
     module or another numba from loading stale code)."""
@@ -78,7 +79,7 @@ def use_user_cache() -> None:
 
 def kernel_cache_dir(module: str) -> Path:
     """Where `module`'s compiled kernels are kept (unless NUMBA_CACHE_DIR is set)."""
-    return settings.current().cache_home / "numba" / module
+    return settings.current().kernel_cache / module
 
 
 use_user_cache()

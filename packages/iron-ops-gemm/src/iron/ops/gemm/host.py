@@ -24,7 +24,7 @@ count and on every run. GEMM's products are BLAS's, run on one
 BLAS thread per panel (see `gemm`), its panels shared out on the worker
 threads of the session that runs it (the cpu backend passes its `pool`;
 nothing of it lives in this module). Compiled code is cached on disk (numba's
-``cache=True``) in the user cache, ``IRON_CACHE_HOME/numba/iron.ops.gemm.host``
+``cache=True``) in the user cache, ``IRON_KERNEL_CACHE/iron.ops.gemm.host``
 (iron-ops-eltwise's `use_user_cache`; ``NUMBA_CACHE_DIR`` wins), so every
 venv of the same code loads what one compiled; weights reach the kernels
 read-only (`readonly`), as a checkpoint's mapping hands them out, so one
