@@ -5,7 +5,7 @@ import pytest
 
 from iron.gemma import make_synthetic
 
-sys.path.insert(0, str(Path(__file__).parent))  # cli_runner
+sys.path.insert(0, str(Path(__file__).parent))  # gemma_cli
 
 
 def pytest_configure(config: pytest.Config) -> None:

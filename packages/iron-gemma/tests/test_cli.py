@@ -4,7 +4,7 @@ import re
 
 import numpy as np
 import pytest
-from cli_runner import run
+from gemma_cli import run
 
 from iron.gemma import GemmaConfig, Model, Oracle, OracleModel, Tokenizer
 from iron.gemma.cli import APP
