@@ -28,7 +28,7 @@ import tokenizers
 from iron.gemma.config import FULL, SLIDING, GemmaConfig
 from iron.gemma.weights import GemmaWeights
 from iron.lm.checkpoint import LazyTensor
-from iron.lm.synthetic import SyntheticRecipe, normal_tensor
+from iron.lm.synthetic import SyntheticRecipe, normal_tensor, preset_dims
 from iron.lm.synthetic import train_tokenizer as train_bpe
 
 __all__ = [
@@ -105,15 +105,7 @@ def _shared(kinds: tuple[str, ...], wanted: int) -> int:
 
 def synthetic_config(preset: str = "tiny", layers: int | None = None) -> GemmaConfig:
     """The GemmaConfig of a preset, with `layers` decoder layers when given."""
-    if preset not in PRESETS:
-        raise ValueError(f"make_synthetic: preset={preset!r} must be one of {sorted(PRESETS)}")
-    if layers is not None and (
-        isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
-    ):
-        raise ValueError(f"make_synthetic: layers={layers!r} must be a positive integer")
-    dims = dict(PRESETS[preset])
-    if layers is not None:
-        dims["num_hidden_layers"] = layers
+    dims = preset_dims(PRESETS, preset, layers)
     n = dims["num_hidden_layers"]
     if preset == "tiny":
         kinds = ((SLIDING, SLIDING, FULL, SLIDING, FULL) * n)[:n]

@@ -19,7 +19,7 @@ import tokenizers
 from iron.llama.config import Llama3RopeScaling, LlamaConfig
 from iron.llama.weights import LlamaWeights
 from iron.lm.checkpoint import LazyTensor
-from iron.lm.synthetic import SyntheticRecipe, corpus, normal_tensor
+from iron.lm.synthetic import SyntheticRecipe, corpus, normal_tensor, preset_dims
 from iron.lm.synthetic import train_tokenizer as train_bpe
 
 __all__ = [
@@ -67,15 +67,7 @@ def train_tokenizer(vocab_size: int = TOKENIZER_VOCAB) -> tokenizers.Tokenizer:
 
 def synthetic_config(preset: str = "tiny", layers: int | None = None) -> LlamaConfig:
     """The LlamaConfig of a preset, with `layers` decoder layers when given."""
-    if preset not in PRESETS:
-        raise ValueError(f"make_synthetic: preset={preset!r} must be one of {sorted(PRESETS)}")
-    if layers is not None and (
-        isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
-    ):
-        raise ValueError(f"make_synthetic: layers={layers!r} must be a positive integer")
-    dims = dict(PRESETS[preset])
-    if layers is not None:
-        dims["num_hidden_layers"] = layers
+    dims = preset_dims(PRESETS, preset, layers)
     return LlamaConfig(
         **dims,
         rms_norm_eps=1e-5,

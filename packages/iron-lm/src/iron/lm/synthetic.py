@@ -105,6 +105,22 @@ def normal_tensor(
     return LazyTensor(np.dtype(dtype), tuple(shape), chunks)
 
 
+def preset_dims(presets: Mapping[str, Mapping], preset: str, layers: int | None) -> dict:
+    """A copy of `presets[preset]` with `layers` as num_hidden_layers when
+    given; a preset not in `presets` or layers not a positive integer is
+    refused, naming the argument."""
+    if preset not in presets:
+        raise ValueError(f"make_synthetic: preset={preset!r} must be one of {sorted(presets)}")
+    if layers is not None and (
+        isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
+    ):
+        raise ValueError(f"make_synthetic: layers={layers!r} must be a positive integer")
+    dims = dict(presets[preset])
+    if layers is not None:
+        dims["num_hidden_layers"] = layers
+    return dims
+
+
 def recipe_metadata(**recipe) -> dict[str, str]:
     """The safetensors metadata that marks a synthetic model and its recipe."""
     return {"format": "pt", MARK: json.dumps(recipe, sort_keys=True)}
