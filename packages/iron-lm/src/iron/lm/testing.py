@@ -7,10 +7,23 @@ with `synthetic_model_fixture(make_synthetic)`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+
+
+def edited(data: dict, **changes) -> dict:
+    """A deep copy of the JSON object `data` with `changes` set (a value of
+    None drops the key): a config.json with one field changed."""
+    data = json.loads(json.dumps(data))
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
 
 
 def run_command(main: Callable[[Sequence[str]], int], capsys, *argv) -> tuple[int, str, str]:
