@@ -7,6 +7,7 @@ import pytest
 
 from iron.gemma import ConfigError, GemmaConfig, Rope
 from iron.gemma.config import FULL, SLIDING
+from iron.lm.testing import edited
 
 S, F = SLIDING, FULL
 E2B_TYPES = ([S] * 4 + [F]) * 7
@@ -50,13 +51,7 @@ E2B_TEXT = {
 
 
 def text(**changes):
-    data = json.loads(json.dumps(E2B_TEXT))
-    for key, value in changes.items():
-        if value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return data
+    return edited(E2B_TEXT, **changes)
 
 
 def test_e2b_text_config():

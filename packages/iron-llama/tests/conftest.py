@@ -1,31 +1,11 @@
 import sys
 from pathlib import Path
 
-import pytest
-
 from iron.llama import make_synthetic
+from iron.lm.testing import private_cache, pytest_configure, synthetic_model_fixture
 
 sys.path.insert(0, str(Path(__file__).parent))  # cli_runner
 
+__all__ = ["private_cache", "pytest_configure", "tiny_dir"]  # pytest finds them by name
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "slow: takes more than a few seconds (run by the slow session)"
-    )
-
-
-@pytest.fixture(scope="session", autouse=True)
-def private_cache(tmp_path_factory: pytest.TempPathFactory):
-    """Compiles go into a cache of this session's own, never the user's; the
-    backend is the one each test asks for."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IRON_CACHE_HOME", str(tmp_path_factory.mktemp("iron-cache")))
-        patch.delenv("IRON_BACKEND", raising=False)
-        patch.delenv("IRON_POISON", raising=False)
-        yield
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The synthetic tiny model (seed 0), written once per test session."""
-    return make_synthetic(tmp_path_factory.mktemp("tiny"))
+tiny_dir = synthetic_model_fixture(make_synthetic)

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from iron.llama import ConfigError, Llama3RopeScaling, LlamaConfig
+from iron.lm.testing import edited
 
 # Llama 3.2 1B's config.json as released (transformers 4.x spelling)
 LLAMA_32_1B = {
@@ -42,13 +43,7 @@ SCALING = Llama3RopeScaling(32.0, 1.0, 4.0, 8192)
 
 
 def with_(**changes):
-    data = json.loads(json.dumps(LLAMA_32_1B))
-    for key, value in changes.items():
-        if value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return data
+    return edited(LLAMA_32_1B, **changes)
 
 
 def test_llama_32_1b_release_spelling():

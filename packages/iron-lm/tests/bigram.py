@@ -23,11 +23,10 @@ import attrs
 import numpy as np
 
 from iron.core import IN, OUT, ArgSpec, Operator, Tolerance, bf16
-from iron.core.files import read_json
 from iron.dispatch import GraphFunction, graph
-from iron.lm import Checkpoint, CheckpointError, ConfigError, GraphModel
+from iron.lm import Checkpoint, CheckpointError, GraphModel
 from iron.lm.cli import App, ModelFlag, SyntheticModels
-from iron.lm.config import in_file, is_int, require, token_ids
+from iron.lm.config import is_int, read_config, require, token_ids
 from iron.lm.protocols import OracleModel
 from iron.lm.synthetic import (
     holds_recipe,
@@ -89,15 +88,7 @@ class BigramConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> BigramConfig:
-        path = Path(path)
-        path = path / "config.json" if path.is_dir() else path
-        try:
-            data = read_json(path, ConfigError)
-        except FileNotFoundError:
-            raise ConfigError(
-                f"{path}: no such file (a model directory needs config.json)"
-            ) from None
-        return in_file(path, lambda: cls.from_dict(data))
+        return read_config(path, cls.from_dict)
 
     @classmethod
     def from_dict(cls, data: dict) -> BigramConfig:

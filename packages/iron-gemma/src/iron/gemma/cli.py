@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from iron.gemma.config import GemmaConfig
 from iron.gemma.model import Model
 from iron.gemma.reference import Oracle
-from iron.gemma.synthetic import PRESETS, ensure_synthetic, make_synthetic, synthetic_config
-from iron.gemma.weights import GemmaWeights
+from iron.gemma.synthetic import RECIPE
 from iron.lm import OracleModel
 from iron.lm.cli import App, ModelFlag, SyntheticModels
 
@@ -33,13 +32,7 @@ APP = App(
     title="Gemma 4 text (E2B / E4B) on IRON's FLM operators.",
     model=Model,
     oracle=lambda directory: OracleModel(Oracle.from_pretrained(directory)),
-    synthetic=SyntheticModels(
-        presets=tuple(PRESETS),
-        config=synthetic_config,
-        tensor_names=lambda config: list(GemmaWeights.expected_shapes(config)),
-        make=make_synthetic,
-        ensure=ensure_synthetic,
-    ),
+    synthetic=SyntheticModels.of(RECIPE),
     describe=_describe,
     real_model="For Gemma 4 E2B: iron-gemma generate --model DIR --prompt TEXT (see the README).",
     model_help="a Hugging Face Gemma 4 directory (Gemma4ForCausalLM or "

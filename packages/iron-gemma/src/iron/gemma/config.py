@@ -23,8 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from iron.core.files import read_json
-from iron.lm.config import ConfigError, in_file, is_int, is_number, require, token_ids
+from iron.lm.config import (
+    ConfigError,
+    is_int,
+    is_number,
+    positive_ints,
+    read_config,
+    require,
+    required_fields,
+    token_ids,
+    token_ids_value,
+)
 
 __all__ = ["FULL", "SLIDING", "ConfigError", "GemmaConfig", "Rope", "inv_frequencies"]
 
@@ -103,20 +112,21 @@ class GemmaConfig:
     multimodal: bool = False
 
     def __post_init__(self) -> None:
-        for name in (
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "global_head_dim",
-            "intermediate_size",
-            "vocab_size",
-            "sliding_window",
-            "max_position_embeddings",
-        ):
-            value = getattr(self, name)
-            require(name, value, is_int(value) and value > 0, "must be a positive integer")
+        positive_ints(
+            self,
+            (
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "global_head_dim",
+                "intermediate_size",
+                "vocab_size",
+                "sliding_window",
+                "max_position_embeddings",
+            ),
+        )
         require(
             "num_hidden_layers",
             self.num_hidden_layers,
@@ -232,16 +242,7 @@ class GemmaConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> GemmaConfig:
         """Read `path` (a config.json, or a directory holding one)."""
-        path = Path(path)
-        if path.is_dir():
-            path = path / "config.json"
-        try:
-            data = read_json(path, ConfigError)
-        except FileNotFoundError:
-            raise ConfigError(
-                f"{path}: no such file (a model directory needs config.json)"
-            ) from None
-        return in_file(path, lambda: cls.from_dict(data))
+        return read_config(path, cls.from_dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GemmaConfig:
@@ -301,9 +302,7 @@ class GemmaConfig:
             "tie_word_embeddings": self.tie_word_embeddings,
             "max_position_embeddings": self.max_position_embeddings,
             "bos_token_id": self.bos_token_id,
-            "eos_token_id": list(self.eos_token_ids)
-            if len(self.eos_token_ids) != 1
-            else self.eos_token_ids[0],
+            "eos_token_id": token_ids_value(self.eos_token_ids),
             "pad_token_id": self.pad_token_id,
             "enable_moe_block": False,
             "attention_k_eq_v": False,
@@ -313,18 +312,9 @@ class GemmaConfig:
 
 def _text_config(data: dict[str, Any], *, multimodal: bool) -> GemmaConfig:
     _refuse_unsupported(data)
-    missing = [
-        name
-        for name in (
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-        )
-        if data.get(name) is None
-    ]
-    if missing:
-        raise ConfigError(f"missing required field(s) {', '.join(missing)}")
+    required_fields(
+        data, ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    )
     layers = data["num_hidden_layers"]
     require("num_hidden_layers", layers, is_int(layers) and 0 < layers <= MAX_LAYERS,
             f"must be an integer from 1 to {MAX_LAYERS}")  # fmt: skip

@@ -28,10 +28,17 @@ import tokenizers
 from iron.gemma.config import FULL, SLIDING, GemmaConfig
 from iron.gemma.weights import GemmaWeights
 from iron.lm.checkpoint import LazyTensor
-from iron.lm.synthetic import holds_recipe, locked, normal_tensor, recipe_metadata, write_model_dir
+from iron.lm.synthetic import SyntheticRecipe, normal_tensor, preset_dims
 from iron.lm.synthetic import train_tokenizer as train_bpe
 
-__all__ = ["PRESETS", "ensure_synthetic", "make_synthetic", "synthetic_config", "synthetic_tensors"]
+__all__ = [
+    "PRESETS",
+    "RECIPE",
+    "ensure_synthetic",
+    "make_synthetic",
+    "synthetic_config",
+    "synthetic_tensors",
+]
 
 SPECIAL = ("<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>")
 BOS, END_OF_TURN = 2, 4
@@ -98,15 +105,7 @@ def _shared(kinds: tuple[str, ...], wanted: int) -> int:
 
 def synthetic_config(preset: str = "tiny", layers: int | None = None) -> GemmaConfig:
     """The GemmaConfig of a preset, with `layers` decoder layers when given."""
-    if preset not in PRESETS:
-        raise ValueError(f"make_synthetic: preset={preset!r} must be one of {sorted(PRESETS)}")
-    if layers is not None and (
-        isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
-    ):
-        raise ValueError(f"make_synthetic: layers={layers!r} must be a positive integer")
-    dims = dict(PRESETS[preset])
-    if layers is not None:
-        dims["num_hidden_layers"] = layers
+    dims = preset_dims(PRESETS, preset, layers)
     n = dims["num_hidden_layers"]
     if preset == "tiny":
         kinds = ((SLIDING, SLIDING, FULL, SLIDING, FULL) * n)[:n]
@@ -168,6 +167,20 @@ def synthetic_tensors(config: GemmaConfig, seed: int = 0) -> dict[str, LazyTenso
     return tensors
 
 
+RECIPE = SyntheticRecipe(
+    presets=tuple(PRESETS),
+    config=synthetic_config,
+    read_config=GemmaConfig.from_file,
+    expected_shapes=GemmaWeights.expected_shapes,
+    tensors=synthetic_tensors,
+    files={
+        "tokenizer.json": lambda: train_tokenizer().to_str(pretty=True),
+        "tokenizer_config.json": lambda: json.dumps(_tokenizer_config(), indent=2) + "\n",
+        "chat_template.jinja": lambda: CHAT_TEMPLATE,
+    },
+)
+
+
 def make_synthetic(
     directory: str | Path,
     preset: str = "tiny",
@@ -177,25 +190,8 @@ def make_synthetic(
 ) -> Path:
     """Write a synthetic `preset` model ("tiny" or "e2b-shaped") into
     `directory` and return it; `progress(name)` after each tensor. Written
-    whole or not at all, under a lock (iron-lm's `write_model_dir`)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"make_synthetic: seed={seed!r} must be a non-negative integer")
-    config = synthetic_config(preset, layers)
-    directory = Path(directory)
-    with locked(directory):
-        _write(directory, config, preset, layers, seed, progress)
-    return directory
-
-
-def _write(directory: Path, config: GemmaConfig, preset, layers, seed, progress) -> None:
-    texts = {
-        "tokenizer.json": train_tokenizer().to_str(pretty=True),
-        "tokenizer_config.json": json.dumps(_tokenizer_config(), indent=2) + "\n",
-        "chat_template.jinja": CHAT_TEMPLATE,
-        "config.json": json.dumps(config.to_dict(), indent=2) + "\n",
-    }
-    metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
-    write_model_dir(directory, texts, synthetic_tensors(config, seed), metadata, progress)
+    whole or not at all, under a lock (iron-lm's `SyntheticRecipe`)."""
+    return RECIPE.make(directory, preset, layers, seed, progress)
 
 
 def ensure_synthetic(
@@ -208,19 +204,4 @@ def ensure_synthetic(
     """Make sure `directory` holds the synthetic model of these arguments,
     writing it when missing, incomplete or another recipe. Returns whether
     it was written."""
-    directory = Path(directory)
-    config = synthetic_config(preset, layers)
-    metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
-    with locked(directory):
-        try:
-            complete = (
-                (directory / "tokenizer.json").is_file()
-                and (directory / "chat_template.jinja").is_file()
-                and GemmaConfig.from_file(directory) == config
-                and holds_recipe(directory, metadata, GemmaWeights.expected_shapes(config))
-            )
-        except (ValueError, OSError):
-            complete = False
-        if not complete:
-            _write(directory, config, preset, layers, seed, progress)
-    return not complete
+    return RECIPE.ensure(directory, preset, layers, seed, progress)

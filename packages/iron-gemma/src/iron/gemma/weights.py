@@ -17,14 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from iron.gemma.config import GemmaConfig
-from iron.lm.checkpoint import DTYPES, Checkpoint, CheckpointError
+from iron.lm.checkpoint import Checkpoint, check_weights
 
 __all__ = ["CONDITIONAL_PREFIX", "GemmaWeights", "layer_name"]
 
 #: where Gemma4ForConditionalGeneration keeps the language model's tensors
 CONDITIONAL_PREFIX = "model.language_model."
-_WEIGHT_DTYPES = {DTYPES[name] for name in ("F16", "BF16", "F32", "F64")}
-_SHOWN = 12
 #: tensors a KV-shared layer may carry that transformers never reads
 _SHARED_IGNORED = ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.k_norm.weight")
 
@@ -119,35 +117,7 @@ class GemmaWeights:
             for i in range(config.first_kv_shared_layer, config.num_hidden_layers)
             for key in _SHARED_IGNORED
         }
-        problems = [
-            f"missing tensor {name!r} (expected shape {shape})"
-            for name, shape in expected.items()
-            if name not in checkpoint
-        ]
-        problems += [
-            f"unexpected tensor {name!r} of shape {checkpoint.info(name).shape}"
-            + (" (the config ties the head to the embedding)" if name == "lm_head.weight" else "")
-            for name in checkpoint
-            if name not in expected and name not in ignored
-        ]
-        for name, shape in expected.items():
-            if name not in checkpoint:
-                continue
-            info = checkpoint.info(name)
-            if info.shape != shape:
-                problems.append(f"tensor {name!r} has shape {info.shape}, the config needs {shape}")
-            elif info.dtype not in _WEIGHT_DTYPES:
-                problems.append(
-                    f"tensor {name!r} has dtype {info.dtype}, weights must be F16, BF16, F32 or F64"
-                )
-        if problems:
-            shown = problems[:_SHOWN] + (
-                [f"... {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else []
-            )
-            raise CheckpointError(
-                f"checkpoint does not match the config ({len(problems)} problem(s)): "
-                + "; ".join(shown)
-            )
+        check_weights(checkpoint, expected, ignored=ignored)
         tensors = {name: checkpoint[name] for name in expected}
         head = tensors[
             "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"

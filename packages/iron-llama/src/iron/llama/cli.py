@@ -11,8 +11,7 @@ from pathlib import Path
 from iron.llama.config import LlamaConfig
 from iron.llama.model import Model
 from iron.llama.reference import Oracle, OracleModel
-from iron.llama.synthetic import PRESETS, ensure_synthetic, make_synthetic, synthetic_config
-from iron.llama.weights import LlamaWeights
+from iron.llama.synthetic import RECIPE
 from iron.lm.cli import App, SyntheticModels, printable, side_by_side
 from iron.lm.synthetic import paragraphs
 
@@ -32,13 +31,7 @@ APP = App(
     title="Llama 3.2 1B on IRON.",
     model=Model,
     oracle=lambda directory: OracleModel(Oracle.from_pretrained(directory)),
-    synthetic=SyntheticModels(
-        presets=tuple(PRESETS),
-        config=synthetic_config,
-        tensor_names=lambda config: list(LlamaWeights.expected_shapes(config)),
-        make=make_synthetic,
-        ensure=ensure_synthetic,
-    ),
+    synthetic=SyntheticModels.of(RECIPE),
     describe=_describe,
     real_model="For Llama 3.2 1B: iron-llama generate --model DIR --prompt TEXT (see the README).",
     model_help="a Hugging Face Llama directory: config.json, model.safetensors, tokenizer.json",

@@ -15,8 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iron.core.files import read_json
-from iron.lm.config import ConfigError, in_file, token_ids
+from iron.lm.config import (
+    ConfigError,
+    positive_ints,
+    read_config,
+    required_fields,
+    token_ids,
+    token_ids_value,
+)
 from iron.lm.config import is_number as _is_number
 from iron.lm.config import require as _require
 
@@ -61,23 +67,19 @@ class LlamaConfig:
     eos_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in (
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
-        ):
-            value = getattr(self, name)
-            _require(
-                name,
-                value,
-                isinstance(value, int) and not isinstance(value, bool) and value > 0,
-                "must be a positive integer",
-            )
+        positive_ints(
+            self,
+            (
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "intermediate_size",
+                "vocab_size",
+                "max_position_embeddings",
+            ),
+        )
         _require(
             "num_attention_heads",
             self.num_attention_heads,
@@ -134,16 +136,7 @@ class LlamaConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> LlamaConfig:
         """Read `path` (a config.json, or a directory holding one)."""
-        path = Path(path)
-        if path.is_dir():
-            path = path / "config.json"
-        try:
-            data = read_json(path, ConfigError)  # a FIFO or a device is refused unopened
-        except FileNotFoundError:
-            raise ConfigError(
-                f"{path}: no such file (a model directory needs config.json)"
-            ) from None
-        return in_file(path, lambda: cls.from_dict(data))
+        return read_config(path, cls.from_dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LlamaConfig:
@@ -151,19 +144,16 @@ class LlamaConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"config must be a JSON object, got {type(data).__name__}")
         _refuse_unsupported(data)
-        missing = [
-            name
-            for name in (
+        required_fields(
+            data,
+            (
                 "hidden_size",
                 "num_hidden_layers",
                 "num_attention_heads",
                 "intermediate_size",
                 "vocab_size",
-            )
-            if data.get(name) is None
-        ]
-        if missing:
-            raise ConfigError(f"missing required field(s) {', '.join(missing)}")
+            ),
+        )
         heads = data["num_attention_heads"]
         head_dim = data.get("head_dim")
         if head_dim is None:
@@ -224,9 +214,7 @@ class LlamaConfig:
             else {"rope_type": "llama3", **scaling.__dict__},
             "tie_word_embeddings": self.tie_word_embeddings,
             "bos_token_id": self.bos_token_id,
-            "eos_token_id": list(self.eos_token_ids)
-            if len(self.eos_token_ids) != 1
-            else self.eos_token_ids[0],
+            "eos_token_id": token_ids_value(self.eos_token_ids),
             "torch_dtype": "bfloat16",
         }
 

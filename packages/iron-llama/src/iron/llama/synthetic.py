@@ -5,12 +5,11 @@ attention, tied embeddings), model.safetensors (bf16, random from the seed)
 and tokenizer.json (a byte-level BPE trained with `tokenizers` on the text
 bundled with iron-lm). Same arguments, same bytes. The weights carry no
 knowledge: generated text is fluent only at the byte level. The writing
-itself (private folder, lock, rename) is iron-lm's `write_model_dir`.
+itself (private folder, lock, rename) is iron-lm's `SyntheticRecipe`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,18 +19,12 @@ import tokenizers
 from iron.llama.config import Llama3RopeScaling, LlamaConfig
 from iron.llama.weights import LlamaWeights
 from iron.lm.checkpoint import LazyTensor
-from iron.lm.synthetic import (
-    corpus,
-    holds_recipe,
-    locked,
-    normal_tensor,
-    recipe_metadata,
-    write_model_dir,
-)
+from iron.lm.synthetic import SyntheticRecipe, corpus, normal_tensor, preset_dims
 from iron.lm.synthetic import train_tokenizer as train_bpe
 
 __all__ = [
     "PRESETS",
+    "RECIPE",
     "corpus",
     "ensure_synthetic",
     "make_synthetic",
@@ -74,15 +67,7 @@ def train_tokenizer(vocab_size: int = TOKENIZER_VOCAB) -> tokenizers.Tokenizer:
 
 def synthetic_config(preset: str = "tiny", layers: int | None = None) -> LlamaConfig:
     """The LlamaConfig of a preset, with `layers` decoder layers when given."""
-    if preset not in PRESETS:
-        raise ValueError(f"make_synthetic: preset={preset!r} must be one of {sorted(PRESETS)}")
-    if layers is not None and (
-        isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
-    ):
-        raise ValueError(f"make_synthetic: layers={layers!r} must be a positive integer")
-    dims = dict(PRESETS[preset])
-    if layers is not None:
-        dims["num_hidden_layers"] = layers
+    dims = preset_dims(PRESETS, preset, layers)
     return LlamaConfig(
         **dims,
         rms_norm_eps=1e-5,
@@ -118,6 +103,16 @@ def synthetic_tensors(config: LlamaConfig, seed: int = 0) -> dict[str, LazyTenso
     return tensors
 
 
+RECIPE = SyntheticRecipe(
+    presets=tuple(PRESETS),
+    config=synthetic_config,
+    read_config=LlamaConfig.from_file,
+    expected_shapes=LlamaWeights.expected_shapes,
+    tensors=synthetic_tensors,
+    files={"tokenizer.json": lambda: train_tokenizer().to_str(pretty=True)},
+)
+
+
 def make_synthetic(
     directory: str | Path,
     preset: str = "tiny",
@@ -135,22 +130,7 @@ def make_synthetic(
     never share a file. An existing `directory` is replaced only when it
     holds nothing but those three files (a model this wrote); anything else
     is refused, naming what is there."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"make_synthetic: seed={seed!r} must be a non-negative integer")
-    config = synthetic_config(preset, layers)
-    directory = Path(directory)
-    with locked(directory):
-        _write(directory, config, preset, layers, seed, progress)
-    return directory
-
-
-def _write(directory: Path, config: LlamaConfig, preset, layers, seed, progress) -> None:
-    texts = {
-        "tokenizer.json": train_tokenizer().to_str(pretty=True),
-        "config.json": json.dumps(config.to_dict(), indent=2) + "\n",
-    }
-    metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
-    write_model_dir(directory, texts, synthetic_tensors(config, seed), metadata, progress)
+    return RECIPE.make(directory, preset, layers, seed, progress)
 
 
 def ensure_synthetic(
@@ -163,18 +143,4 @@ def ensure_synthetic(
     """Make sure `directory` holds the synthetic model of these arguments,
     writing it (`make_synthetic`) when it is missing, incomplete, corrupt or
     another recipe. Returns whether it was written."""
-    directory = Path(directory)
-    config = synthetic_config(preset, layers)
-    metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
-    with locked(directory):  # a second first run waits, then finds the model written
-        try:
-            complete = (
-                (directory / "tokenizer.json").is_file()
-                and LlamaConfig.from_file(directory) == config
-                and holds_recipe(directory, metadata, LlamaWeights.expected_shapes(config))
-            )
-        except (ValueError, OSError):
-            complete = False
-        if not complete:
-            _write(directory, config, preset, layers, seed, progress)
-    return not complete
+    return RECIPE.ensure(directory, preset, layers, seed, progress)

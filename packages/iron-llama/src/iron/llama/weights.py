@@ -16,11 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from iron.llama.config import LlamaConfig
-from iron.lm.checkpoint import DTYPES, Checkpoint, CheckpointError
+from iron.lm.checkpoint import SHOWN as _SHOWN
+from iron.lm.checkpoint import Checkpoint, check_weights
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
-_WEIGHT_DTYPES = {DTYPES[name] for name in ("F16", "BF16", "F32", "F64")}
-_SHOWN = 12  # problems listed in one error; the count says how many there were
 
 
 @dataclass(frozen=True)
@@ -94,37 +93,7 @@ class LlamaWeights:
     @classmethod
     def load(cls, checkpoint: Checkpoint, config: LlamaConfig) -> LlamaWeights:
         """Views of every weight in `checkpoint`, checked against `config` first."""
-        expected = cls.expected_shapes(config)
-        problems = _layer_problems(checkpoint, config)
-        problems += [
-            f"missing tensor {name!r} (expected shape {shape})"
-            for name, shape in expected.items()
-            if name not in checkpoint
-        ]
-        problems += [
-            f"unexpected tensor {name!r} of shape {checkpoint.info(name).shape}"
-            + (" (the config ties the head to the embedding)" if name == "lm_head.weight" else "")
-            for name in checkpoint
-            if name not in expected
-        ]
-        for name, shape in expected.items():
-            if name not in checkpoint:
-                continue
-            info = checkpoint.info(name)
-            if info.shape != shape:
-                problems.append(f"tensor {name!r} has shape {info.shape}, the config needs {shape}")
-            elif info.dtype not in _WEIGHT_DTYPES:
-                problems.append(
-                    f"tensor {name!r} has dtype {info.dtype}, weights must be F16, BF16, F32 or F64"
-                )
-        if problems:
-            shown = problems[:_SHOWN] + (
-                [f"... {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else []
-            )
-            raise CheckpointError(
-                f"checkpoint does not match the config ({len(problems)} problem(s)): "
-                + "; ".join(shown)
-            )
+        check_weights(checkpoint, cls.expected_shapes(config), _layer_problems(checkpoint, config))
         embedding = checkpoint["model.embed_tokens.weight"]
         layers = tuple(
             LayerWeights(

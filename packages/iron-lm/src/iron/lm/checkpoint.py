@@ -504,3 +504,51 @@ def write_safetensors(
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+_WEIGHT_DTYPES = {DTYPES[name] for name in ("F16", "BF16", "F32", "F64")}
+#: problems listed in one error; the count says how many there were
+SHOWN = 12
+
+
+def check_weights(
+    checkpoint: Checkpoint,
+    expected: Mapping[str, tuple[int, ...]],
+    problems: Iterable[str] = (),
+    ignored: Iterable[str] = (),
+) -> None:
+    """Raise `CheckpointError` listing every problem (after `problems`, the
+    app's own) unless `checkpoint` holds exactly the tensors `expected`
+    (name -> shape), each with its shape and a float dtype; tensors named
+    in `ignored` may be present or not."""
+    ignored = set(ignored)
+    problems = list(problems)
+    problems += [
+        f"missing tensor {name!r} (expected shape {shape})"
+        for name, shape in expected.items()
+        if name not in checkpoint
+    ]
+    problems += [
+        f"unexpected tensor {name!r} of shape {checkpoint.info(name).shape}"
+        + (" (the config ties the head to the embedding)" if name == "lm_head.weight" else "")
+        for name in checkpoint
+        if name not in expected and name not in ignored
+    ]
+    for name, shape in expected.items():
+        if name not in checkpoint:
+            continue
+        info = checkpoint.info(name)
+        if info.shape != shape:
+            problems.append(f"tensor {name!r} has shape {info.shape}, the config needs {shape}")
+        elif info.dtype not in _WEIGHT_DTYPES:
+            problems.append(
+                f"tensor {name!r} has dtype {info.dtype}, weights must be F16, BF16, F32 or F64"
+            )
+    if problems:
+        shown = problems[:SHOWN] + (
+            [f"... {len(problems) - SHOWN} more"] if len(problems) > SHOWN else []
+        )
+        raise CheckpointError(
+            f"checkpoint does not match the config ({len(problems)} problem(s)): "
+            + "; ".join(shown)
+        )

@@ -41,7 +41,7 @@ from iron.lm.generation import Completion, NonFiniteLogits, check_fits, complete
 from iron.lm.model import GraphModel, progress_bar, status_line
 from iron.lm.protocols import CausalLM
 from iron.lm.sampling import Sampler
-from iron.lm.synthetic import paragraphs
+from iron.lm.synthetic import SyntheticRecipe, paragraphs
 from iron.lm.tokenizer import Tokenizer
 
 DEMO_PROMPT = "Iron is the fourth most common element"
@@ -69,6 +69,17 @@ class SyntheticModels:
     tensor_names: Callable[[Any], Sequence[str]]
     make: Callable[..., Path]
     ensure: Callable[..., bool]
+
+    @classmethod
+    def of(cls, recipe: SyntheticRecipe) -> SyntheticModels:
+        """The synthetic models an iron-lm `SyntheticRecipe` writes."""
+        return cls(
+            presets=tuple(recipe.presets),
+            config=recipe.config,
+            tensor_names=lambda config: list(recipe.expected_shapes(config)),
+            make=recipe.make,
+            ensure=recipe.ensure,
+        )
 
 
 @dataclass(frozen=True)

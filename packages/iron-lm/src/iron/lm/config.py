@@ -12,6 +12,7 @@ and the field.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,38 @@ def token_ids(field: str, value: Any, vocab_size: int | None = None) -> tuple[in
                 f"lies outside the vocabulary [0, {vocab_size}) of vocab_size",
             )
     return ids
+
+
+def positive_ints(config: Any, names: Sequence[str]) -> None:
+    """Require each field `names` of `config` to be a positive integer."""
+    for name in names:
+        value = getattr(config, name)
+        require(name, value, is_int(value) and value > 0, "must be a positive integer")
+
+
+def required_fields(data: dict[str, Any], names: Sequence[str]) -> None:
+    """Require the parsed config.json `data` to hold every field `names`."""
+    missing = [name for name in names if data.get(name) is None]
+    if missing:
+        raise ConfigError(f"missing required field(s) {', '.join(missing)}")
+
+
+def token_ids_value(ids: Sequence[int]) -> int | list[int]:
+    """Token ids as config.json spells them: one id alone, else a list."""
+    return list(ids) if len(ids) != 1 else ids[0]
+
+
+def read_config(path: str | Path, from_dict: Callable[[Any], Any]):
+    """`from_dict` of the JSON at `path` (a config.json, or a directory
+    holding one), the file named in any `ConfigError`."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        data = read_json(path, ConfigError)  # a FIFO or a device is refused unopened
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file (a model directory needs config.json)") from None
+    return in_file(path, lambda: from_dict(data))
 
 
 def in_file(path: Path, read):

@@ -9,7 +9,9 @@ which others are written), `train_tokenizer` trains a byte-level BPE on
 the text bundled here, and `write_model_dir` writes it all into a private
 folder beside the target and renames it into place under a lock, so an
 interrupted run leaves the target as it was and two writers never share a
-file. The same arguments write the same bytes.
+file. The same arguments write the same bytes. `SyntheticRecipe` puts them
+together: an app gives its config of a preset, its tensors and its text
+files, and gets `make` and `ensure`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import shutil
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -100,6 +103,22 @@ def normal_tensor(
             yield (draw * np.float32(std) + np.float32(mean)).astype(dtype)
 
     return LazyTensor(np.dtype(dtype), tuple(shape), chunks)
+
+
+def preset_dims(presets: Mapping[str, Mapping], preset: str, layers: int | None) -> dict:
+    """A copy of `presets[preset]` with `layers` as num_hidden_layers when
+    given; a preset not in `presets` or layers not a positive integer is
+    refused, naming the argument."""
+    if preset not in presets:
+        raise ValueError(f"make_synthetic: preset={preset!r} must be one of {sorted(presets)}")
+    if layers is not None and (
+        isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
+    ):
+        raise ValueError(f"make_synthetic: layers={layers!r} must be a positive integer")
+    dims = dict(presets[preset])
+    if layers is not None:
+        dims["num_hidden_layers"] = layers
+    return dims
 
 
 def recipe_metadata(**recipe) -> dict[str, str]:
@@ -193,3 +212,75 @@ def _holds_a_real_model(directory: Path) -> bool:
             return any(MARK not in f.metadata for f in checkpoint.files)
     except (ValueError, OSError):
         return False
+
+
+@dataclass(frozen=True)
+class SyntheticRecipe:
+    """How an app writes its synthetic models. `config(preset, layers)` is
+    the config of a preset (it refuses bad arguments); `read_config(dir)`
+    reads a directory's config.json back; `expected_shapes(config)` names
+    every tensor; `tensors(config, seed)` draws them; `files` maps each
+    other text file (tokenizer.json, ...) to the function writing it.
+    config.json is `config.to_dict()` as JSON."""
+
+    presets: Sequence[str]
+    config: Callable[[str, int | None], object]
+    read_config: Callable[[Path], object]
+    expected_shapes: Callable[[object], Mapping[str, tuple[int, ...]]]
+    tensors: Callable[[object, int], Mapping[str, LazyTensor]]
+    files: Mapping[str, Callable[[], str]]
+
+    def make(
+        self,
+        directory: str | Path,
+        preset: str = "tiny",
+        layers: int | None = None,
+        seed: int = 0,
+        progress: Callable[[str], None] | None = None,
+    ) -> Path:
+        """Write the model of `preset` (with `layers` layers when given)
+        and `seed` into `directory` and return it; `progress(name)` after
+        each tensor. Written whole or not at all, under a lock."""
+        config = self._checked(preset, layers, seed)
+        directory = Path(directory)
+        with locked(directory):
+            self._write(directory, config, preset, layers, seed, progress)
+        return directory
+
+    def ensure(
+        self,
+        directory: str | Path,
+        preset: str = "tiny",
+        layers: int | None = None,
+        seed: int = 0,
+        progress: Callable[[str], None] | None = None,
+    ) -> bool:
+        """Make sure `directory` holds the model of these arguments, writing
+        it (`make`) when it is missing, incomplete, corrupt or another
+        recipe. Returns whether it was written."""
+        config = self._checked(preset, layers, seed)
+        directory = Path(directory)
+        metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
+        with locked(directory):  # a second first run waits, then finds the model written
+            try:
+                complete = (
+                    all((directory / name).is_file() for name in self.files)
+                    and self.read_config(directory) == config
+                    and holds_recipe(directory, metadata, list(self.expected_shapes(config)))
+                )
+            except (ValueError, OSError):
+                complete = False
+            if not complete:
+                self._write(directory, config, preset, layers, seed, progress)
+        return not complete
+
+    def _checked(self, preset: str, layers: int | None, seed: int):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"make_synthetic: seed={seed!r} must be a non-negative integer")
+        return self.config(preset, layers)
+
+    def _write(self, directory: Path, config, preset, layers, seed, progress) -> None:
+        texts = {name: write() for name, write in self.files.items()}
+        texts["config.json"] = json.dumps(config.to_dict(), indent=2) + "\n"
+        metadata = recipe_metadata(preset=preset, layers=layers, seed=seed)
+        write_model_dir(directory, texts, self.tensors(config, seed), metadata, progress)
