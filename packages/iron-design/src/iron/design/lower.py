@@ -57,18 +57,19 @@ AIEObjectFifoStatefulTransform.cpp, cited below by function) makes each part:
   IRON makes one (python/iron/buffer.py `Buffer(use_write_rtp=True)`: an
   ``aie.buffer`` with a symbol on the worker's tile). The sequence writes
   the call's words first (``aiex.npu.rtp_write``, include/aie/Dialect/AIEX/
-  IR/AIEX.td; lowered to a ``npu.write32`` at the buffer's address by
-  lib/Dialect/AIEX/Transforms/AIEDmaToNpu.cpp `RtpToWrite32Pattern`), then
-  sets one barrier lock per reading core to 1 (``aiex.set_lock``, as
-  python/iron/worker.py `WorkerRuntimeBarrier.set` lowers). Each iteration
-  of the core waits for that lock to be 1 (`wait_for_value`: an
-  ``aie.use_lock(Acquire, 1)``, which blocks until the lock is 1 and leaves
-  it so, AIEOps.td `UseLockOp`), reads its words, and releases the lock by
-  1 (`release_with_value`) so the next iteration waits for the next call's
-  set: the handshake of programming_examples/vision/color_threshold/
-  color_threshold.py, with the words read right after the wait so no read
-  can meet the next call's writes. The buffer and the lock count in the
-  tile's memory and locks.
+  IR/AIEX.td; a ``npu.write32`` at the buffer's address, lib/Dialect/AIEX/
+  Transforms/AIEDmaToNpu.cpp `RtpToWrite32Pattern`), then sets one barrier
+  lock per reading core to 1 (``aiex.set_lock``, as python/iron/worker.py
+  `WorkerRuntimeBarrier.set` lowers). The core waits for its lock to be 1
+  once, before its loop (``aie.use_lock(Acquire, 1)``, which blocks until
+  the lock is 1 and leaves it so: AIEOps.td `UseLockOp`), and reads a word
+  where it uses the parameter: the preamble mlir-aie's own scratchpad
+  lowering gives each reading core (lib/Dialect/AIEX/Transforms/
+  AIELowerScratchpadParameters.cpp `emitCorePreambles`, `lowerReadParameters`:
+  a lock at 0, an acquire of 1 at the top of the core, a set to 1 after the
+  writes, a ``memref.load`` per read). A later call's words are written
+  before its fills, so a core reads them once that call's data reaches it.
+  The buffer and the lock count in the tile's memory and locks.
 - BD chains (`createAIETileDMA`, `createMemTileDMA`): one BD per buffer (per
   lane on a split's or join's own channel), each repeated `repeat_count` times
   unless the pool has one buffer, when the channel's hardware repeat replays
@@ -282,15 +283,6 @@ class RtpBuffer:
 
 
 @attrs.frozen
-class ReadRtp:
-    """The first op of each iteration of a core with a runtime-parameter
-    buffer (into `Configuration.rtps`): wait until the runtime has set its
-    lock to 1, read every word, release the lock by 1."""
-
-    buffer: int
-
-
-@attrs.frozen
 class Core:
     worker: str
     tile: Tile
@@ -300,7 +292,8 @@ class Core:
     barrier_locks: tuple[tuple[str, int], ...]  # barrier -> lock
     forever: bool
     body: tuple[CoreOp, ...]
-    #: its runtime-parameter buffer (into `Configuration.rtps`), if it has one
+    #: its runtime-parameter buffer (into `Configuration.rtps`), if it has
+    #: one: the core waits for its lock before its loop, reads words at uses
     rtp: int | None = attrs.field(default=None, metadata={"omitted_at_default": True})
 
     def end(self, fifo: str) -> End:
@@ -1010,12 +1003,9 @@ class _Builder:
         locks = tuple((b, self._lock(worker.tile, f"barrier {b}", "barrier", 0)) for b in barriers)
         stack = self.device.core_stack_bytes if worker.stack_size is None else worker.stack_size
         body = _HeldAnalysis(worker).lowered()
-        rtp = self.rtp_of.get(worker.name)
-        if rtp is not None:  # read first, in every iteration
-            body = (CoreOp(ReadRtp(rtp), body[0].held if body else Held()), *body)
         return Core(
             worker.name, worker.tile, stack, worker.buffers, tuple(ends), locks,
-            worker.forever, body, rtp,
+            worker.forever, body, self.rtp_of.get(worker.name),
         )  # fmt: skip
 
     # ---- the runtime sequence

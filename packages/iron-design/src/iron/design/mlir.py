@@ -58,10 +58,9 @@ Choices, each as current mlir-aie makes it:
 - On an xclbin (`device_block(..., rtp=names)`) the named parameters a
   core reads are words of its runtime-parameter buffer (`iron.design.lower`
   says why): ``aie.buffer`` ``@rtp_<worker>`` of i32 words and a lock at
-  0 on the core's tile; the core waits for the lock
-  (``aie.use_lock(Acquire, 1)``), reads every word (``memref.load``) and
-  releases it by 1, first in each iteration, and uses those values where
-  it would read the scratchpad; the sequence begins with one
+  0 on the core's tile; the core waits for the lock once, before its
+  loop (``aie.use_lock(Acquire, 1)``), and loads a word (``memref.load``)
+  where it would read the scratchpad; the sequence begins with one
   ``aiex.npu.rtp_write`` per word, each of a constant (the call's value,
   as its instructions-only compile bakes it in), then ``aiex.set_lock`` of
   every such lock to 1.
@@ -90,7 +89,6 @@ from iron.design.lower import (
     CoreOp,
     Free,
     Lowered,
-    ReadRtp,
     SetLocks,
     Start,
     Task,
@@ -579,6 +577,10 @@ class _Core:
             for end in core.ends
             if end.programmed
         ]
+        if core.rtp is not None:  # the runtime's set of its words, once
+            body.append(
+                f"aie.use_lock(%rtp_lock.{core.worker}, Acquire, {self._constant(1, 'i32')})"
+            )
         body += self._loop(bound, core.body, {}, depth=0)
         return [
             f"%core_{tile.col}_{tile.row} = aie.core({tile_value(tile)}) {{",
@@ -641,32 +643,22 @@ class _Core:
             return [f"aie.use_lock({lock}, {action}, {self._constant(op.value, 'i32')})"]
         if isinstance(op, Loop):
             return self._loop(op.count, lowered.body, subviews, depth)
-        if isinstance(op, ReadRtp):
-            return self._read_rtp()
         raise DesignError(f"{self.where}: cannot emit {op!r}")
 
-    def _read_rtp(self) -> list[str]:
-        """Wait for the runtime's set, read every word, release by 1 (so the
-        next iteration waits for the next call's set)."""
-        buffer = self.printer.lowered.configuration.rtps[self.core.rtp]
-        lock, one = f"%rtp_lock.{buffer.worker}", self._constant(1, "i32")
-        lines = [f"aie.use_lock({lock}, Acquire, {one})"]
-        lines += [
-            f"%word.{name} = memref.load %rtp.{buffer.worker}[{self._index(i)}] "
-            f": memref<{len(buffer.params)}xi32>"
-            for i, name in enumerate(buffer.params)
-        ]
-        return [*lines, f"aie.use_lock({lock}, Release, {one})"]
-
     def _param(self, name: str, lines: list) -> str:
-        """The SSA value of parameter `name` where the core uses it: the
-        word it read from its runtime-parameter buffer, else a scratchpad
-        read (or constant) added to `lines`."""
+        """The SSA value of parameter `name` where the core uses it, its
+        read added to `lines`: a word of its runtime-parameter buffer, a
+        scratchpad read, or a constant."""
+        value = self._value()
         rtps = self.printer.lowered.configuration.rtps
         if self.core.rtp is not None and name in rtps[self.core.rtp].params:
-            return f"%word.{name}"
-        value = self._value()
-        lines.append(self.printer.read_param(value, name))
+            buffer = rtps[self.core.rtp]
+            lines.append(
+                f"{value} = memref.load %rtp.{buffer.worker}"
+                f"[{self._index(buffer.params.index(name))}] : memref<{len(buffer.params)}xi32>"
+            )
+        else:
+            lines.append(self.printer.read_param(value, name))
         return value
 
     def _pool_lock(self, op, held: int) -> list[str]:

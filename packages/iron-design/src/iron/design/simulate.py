@@ -24,10 +24,9 @@ the worker's `LocalBuffer` arrays (kept across iterations), and ints for
 scalars and parameters. `WaitBarrier` waits until the worker's lock of the
 barrier holds its value (an acquire-equal, as mlir-aie lowers
 `wait_for_value`); `ReleaseBarrier` adds to it. A core with a
-runtime-parameter buffer (`lower(design, rtp=...)`) starts each iteration
-waiting for its buffer's lock to be 1, reads its words (uncleared memory
-where the sequence wrote none) and releases the lock by 1; the
-parameters it reads are those words from then on. A `forever` worker repeats
+runtime-parameter buffer (`lower(design, rtp=...)`) first waits for its
+buffer's lock to be 1, and reads such a parameter from its word where it
+uses it (uncleared memory where the sequence wrote none). A `forever` worker repeats
 its body; one whose iteration took no lock can only repeat it, so it parks.
 
 DMA channels run their lowered BD chains, round and round (or `iterations`
@@ -95,7 +94,6 @@ from iron.design.lower import (
     CoreOp,
     Lowered,
     Push,
-    ReadRtp,
     SetLocks,
     Start,
     Task,
@@ -889,11 +887,8 @@ class WorkerRun:
             self.buffer_refs[name] = len(machine.buffers)
             machine.buffers.append(array.reshape(-1))
         self.barriers = {b: machine.locks[lock] for b, lock in core.barrier_locks}
-        #: the parameters it reads from its runtime-parameter buffer: their
-        #: values once read, and which parameter the sequence wrote to each
+        #: the parameters it reads from its runtime-parameter buffer
         self.rtp = None if core.rtp is None else machine.lowered.configuration.rtps[core.rtp]
-        self.words: dict[str, int] = {}
-        self.sources: dict[str, str | None] = {}
         if self.rtp is not None:
             self.barriers[self.rtp.symbol] = machine.locks[self.rtp.lock]
         self.calls = [op for op in _walk(core.body) if isinstance(op.op, Call)]
@@ -933,6 +928,10 @@ class WorkerRun:
         return self.parked or (self.worker.forever and not self.acted)
 
     def _run(self):
+        if self.rtp is not None:  # the runtime has written its words
+            lock = self.machine.locks[self.rtp.lock]
+            while not self._ready(lock, 1, True):
+                yield lock, 1, True
         while True:
             self.iteration += 1
             self.took = self.acted = False
@@ -961,8 +960,6 @@ class WorkerRun:
                 self._release(op)
             elif isinstance(op, Call):
                 self._call(lowered)
-            elif isinstance(op, ReadRtp):
-                yield from self._read_rtp(op)
             elif isinstance(op, Loop):
                 count = op.count
                 if isinstance(count, Param):
@@ -976,28 +973,18 @@ class WorkerRun:
             elif isinstance(op, ReleaseBarrier):
                 self.machine.release(self.barriers[op.barrier], op.value, self._where)
 
-    def _read_rtp(self, op: ReadRtp):
-        lock = self.machine.locks[self.rtp.lock]
-        while not self._ready(lock, 1, True):
-            yield lock, 1, True
-        words = self.machine.rtp_words[op.buffer]
-        for index, name in enumerate(self.rtp.params):
-            self.words[name] = int(words[index])
-            self.sources[name] = self.machine.rtp_sources.get((op.buffer, index))
-        self.machine.release(lock, 1, self._where)
-
     def _param(self, name: str) -> int:
-        """Parameter `name` as this worker reads it: a word of its buffer, or
-        the run's parameter."""
+        """Parameter `name` as this worker reads it now: a word of its
+        buffer, or the run's parameter."""
         if self.rtp is not None and name in self.rtp.params:
-            return self.words[name]
+            return int(self.machine.rtp_words[self.core.rtp][self.rtp.params.index(name)])
         return self.machine.params[name]
 
     def _source(self, name: str) -> str | None:
-        """The run's parameter whose value this worker reads as `name` (None:
-        an RTP word the sequence never wrote)."""
+        """The run's parameter whose value this worker reads as `name` now
+        (None: an RTP word the sequence never wrote)."""
         if self.rtp is not None and name in self.rtp.params:
-            return self.sources[name]
+            return self.machine.rtp_sources.get((self.core.rtp, self.rtp.params.index(name)))
         return name
 
     def _where(self, iteration: int | None = None) -> str:
