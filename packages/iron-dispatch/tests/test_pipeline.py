@@ -170,20 +170,9 @@ def test_a_runtime_shaped_step_at_n_values_is_one_link_and_n_streams(tools):
     so one xclbin kernel (named by the configuration, its instance name
     under xclbinutil's 64 characters) and one link serve them, with an
     instructions-only compile per M."""
-    from iron.core import bf16
-    from iron.core.capture import Graph
-    from iron.dispatch import Runlist, plan_layout
-    from iron.ops.flm.gemm import FLMGemm
-
     toolchain, log = tools(XCLBIN_BODY)
-    npu2, K, N, ms = Device.from_name("npu2"), 512, 1024, (256, 512, 768)
-    packed = FLMGemm(M=256, K=K, N=N).resolve(npu2).pack_b(np.ones((K, N), np.float32))
-    g = Graph("sweep")
-    b = g.weight("b", packed)
-    outs = [g(FLMGemm(M=m, K=K, N=N), g.input(f"a{i}", (m, K), bf16), b) for i, m in enumerate(ms)]
-    inputs = [f"a{i}" for i in range(len(ms))]
-    runlist = Runlist.from_graph(g, inputs=inputs, outputs=[o.name for o in outs], device=npu2)
-    layout, _, _ = plan_layout(runlist)
+    ms = (256, 512, 768)
+    runlist, layout = _gemms(ms)
     image = ToolchainSim(toolchain).compile(runlist, layout, mode="separate")
     assert len({s.digest for p in image.programs for s in p.steps}) == len(ms)  # a design per M
     links = [c for c in calls(log, "aiecc") if "--get-xclbin" in c]
@@ -199,6 +188,39 @@ def test_a_runtime_shaped_step_at_n_values_is_one_link_and_n_streams(tools):
     modules = [(entry / f"program{i}.mlir").read_text() for i in range(len(ms))]
     assert all(f"aie.device(npu2) @{named['--xclbin-kernel-name']}" in m for m in modules)
     assert len(set(modules)) == len(ms) and all("aiex.npu.rtp_write(" in m for m in modules)
+
+
+def _gemms(ms, fields=None):
+    """A graph of FLMGemm steps at (K, N) = (512, 1024), one per M of `ms`
+    (step i with `fields[i]` besides)."""
+    from iron.core import bf16
+    from iron.core.capture import Graph
+    from iron.dispatch import Runlist, plan_layout
+    from iron.ops.flm.gemm import FLMGemm
+
+    npu2, K, N = Device.from_name("npu2"), 512, 1024
+    packed = FLMGemm(M=256, K=K, N=N).resolve(npu2).pack_b(np.ones((K, N), np.float32))
+    g = Graph("sweep")
+    b = g.weight("b", packed)
+    outs = [
+        g(FLMGemm(M=m, K=K, N=N, **(fields or {}).get(i, {})), g.input(f"a{i}", (m, K), bf16), b)
+        for i, m in enumerate(ms)
+    ]
+    inputs = [f"a{i}" for i in range(len(ms))]
+    runlist = Runlist.from_graph(g, inputs=inputs, outputs=[o.name for o in outs], device=npu2)
+    layout, _, _ = plan_layout(runlist)
+    return runlist, layout
+
+
+def test_an_operator_naming_two_configurations_alike_is_refused_at_link(tools, monkeypatch):
+    from iron.ops.flm.gemm import FLMGemm
+
+    toolchain, log = tools(XCLBIN_BODY)
+    monkeypatch.setattr(FLMGemm, "configuration", lambda self: "one name for every image")
+    runlist, layout = _gemms((256, 256), {1: {"tile_n": 64}})
+    with pytest.raises(ValueError, match="makes another configuration; one xclbin kernel is one"):
+        ToolchainSim(toolchain).compile(runlist, layout, mode="separate")
+    assert [c for c in calls(log, "aiecc") if "--get-xclbin" in c] == []
 
 
 def test_one_xclbin_kernel_with_two_core_constants_is_refused(tools):

@@ -375,6 +375,7 @@ def test_flm_gemm_on_a_sim_xclbin_runs_its_words_as_runtime_parameters(device, t
     buffer, which the stream writes before releasing it; the output is the
     reference's within the operator's tolerance, and the summary says how
     the words reach the cores."""
+    from iron.design import check
     from iron.design.lower import WriteRtp
 
     npu = Device.from_name(device)
@@ -403,6 +404,9 @@ def test_flm_gemm_on_a_sim_xclbin_runs_its_words_as_runtime_parameters(device, t
             assert {b.worker for b in config.rtps} == {w.name for w in simulator.design.workers}
             writes = [op for op in simulator.lowered.runtime.ops if isinstance(op, WriteRtp)]
             assert len(writes) == 10 * len(config.rtps)
+            # the buffers and their locks fit beside what the cores hold
+            design = simulator.design
+            assert check(design, rtp=frozenset(design.params)).ok
         said = project.summary()
         assert "(FLMGemm).k_iters, " in said
         assert "a runtime-parameter write by the step's sequence" in said

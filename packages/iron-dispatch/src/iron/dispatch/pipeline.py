@@ -55,7 +55,7 @@ from iron.dispatch.identity import digest
 from iron.dispatch.image import Image
 from iron.dispatch.packaging import rtp_params
 from iron.dispatch.program import FusionError, Program
-from iron.dispatch.streams import design_at
+from iron.dispatch.streams import design_at, design_key
 from iron.dispatch.values import design_params
 
 #: aiecc flags every fused program takes beyond `aiecc_command`'s: expand
@@ -282,7 +282,7 @@ def _xclbin_chain(staging: Path, image: Image, objects: dict[str, Path], toolcha
     """One aiecc link per distinct design, each adding its kernel to the
     previous xclbin; then each static stream, instructions only."""
     record = xclbin_record(image)
-    first, linked = {}, {}
+    first, linked, structures = {}, {}, {}
     for program in image.programs:
         name = program_kernel(program)
         first.setdefault(name, program)
@@ -292,6 +292,13 @@ def _xclbin_chain(staging: Path, image: Image, objects: dict[str, Path], toolcha
             raise FusionError(
                 f"{program.name}: {name} is linked with constants {linked[name]} at an earlier "
                 f"step and {constants} here; one xclbin kernel holds one core program"
+            )
+        # a runtime-shaped step's designs at other values share the kernel:
+        # only their sequences may differ
+        if structures.setdefault(name, design_key(design)) != design_key(design):
+            raise FusionError(
+                f"{program.name}: design {design.name} shares kernel {name} with an earlier "
+                "step's but makes another configuration; one xclbin kernel is one configuration"
             )
     previous = None
     for kernel in record["kernels"]:

@@ -9,13 +9,13 @@ the device block it configures (``<Operator>_<design digest[:8]>``, so a
 design repeated at 16 layers is one device; in a step-by-step image, a
 runtime-shaped step's is ``<Operator>_<configuration digest[:8]>``, so its
 designs at every value are one xclbin kernel, one link, a stream per value)
-or, for an operator without a
-design, the host model it falls back to; its arguments are views of the
-consolidated buffers at the planned offsets; its design parameters read
-words of the 32-word parameter scratchpad (or constants), each bound by the
-member it carries (`iron.dispatch.values`). A runtime-shaped step also
-carries its operator's values, from which the simulated device takes the
-stream and derived words of each call (`iron.dispatch.streams`).
+or, for an operator without a design, the host model it falls back to; its
+arguments are views of the consolidated buffers at the planned offsets; its
+design parameters read words of the 32-word parameter scratchpad (or
+constants), each bound by the member it carries (`iron.dispatch.values`). A
+runtime-shaped step also carries its operator's values, from which the
+simulated device takes the stream and derived words of each call
+(`iron.dispatch.streams`).
 """
 
 from __future__ import annotations

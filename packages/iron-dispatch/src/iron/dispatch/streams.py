@@ -134,7 +134,7 @@ class Streams:
                 return found
         lowered, configuration = self.configuration(op, base, rtp)
         design = design_at(op, base, values)
-        if design is not base and _design_key(design) != _design_key(base):
+        if design is not base and design_key(design) != design_key(base):
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
                 f"from the one its image holds ({base.name}); a dispatch-time value may change "
@@ -199,10 +199,10 @@ def configuration_key(op: Operator, design: Design) -> str:
     named = getattr(type(op), "configuration", None)
     if callable(named):
         return f"{type(op).__name__}:{op.configuration()}"
-    return _design_key(design)
+    return design_key(design)
 
 
-def _design_key(design: Design) -> str:
+def design_key(design: Design) -> str:
     """What a design's configuration is lowered from (not its runtime
     tensors nor its sequence): equal keys, equal configurations."""
     parts = (design.device, design.fifos, design.workers, design.links, design.params,
