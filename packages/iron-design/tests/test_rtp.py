@@ -67,6 +67,15 @@ def test_each_reading_core_gets_a_buffer_written_first_and_a_barrier(npu1):
         lower(scaled(npu1), rtp=("count",))
 
 
+def test_the_lowered_text_shows_the_words_and_the_wait(npu1):
+    from iron.design.cli import lowered_text
+
+    text = lowered_text(lower(scaled(npu1), rtp=("tiles", "factor")))
+    assert "rtp write  factor into word 1 of rtp_adder" in text
+    assert "set lock   the barrier lock of rtp_adder to 1" in text
+    assert "wait for rtp_adder; loop " in text
+
+
 def test_the_simulator_runs_the_rtp_form(npu1):
     design, x = scaled(npu1), ints(4096)
     simulator = Simulator(design, lowered=lower(design, rtp=("tiles", "factor")))
