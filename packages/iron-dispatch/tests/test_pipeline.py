@@ -49,6 +49,16 @@ if '--get-xclbin' in args:
 if '--get-npu-insts' in args:
     (out / named['npu-insts-name']).write_bytes(b'\\0\\0\\0\\1')
 """
+# the chain's aiecc, also keeping each stream's MLIR (the scratch directory goes)
+KEEPING_BODY = (
+    XCLBIN_BODY
+    + """
+if '--get-npu-insts' in args:
+    kept = pathlib.Path({log!r}).with_name('streams')
+    kept.mkdir(exist_ok=True)
+    (kept / f'{{len(list(kept.iterdir()))}}.mlir').write_text((out / 'program.mlir').read_text())
+"""
+)
 FAILING_BODY = (
     "sys.stderr.write(\"error: 'aie.device' op tile (0, 2) is out of locks\\n\"); sys.exit(3)"
 )
@@ -163,6 +173,35 @@ def test_a_per_call_value_a_core_reads_is_a_runtime_parameter_of_the_xclbin(tool
     mlir = (entry / "link0.mlir").read_text()
     assert 'sym_name = "rtp_adder"' in mlir and "memref.load %rtp.adder" in mlir
     assert "read_scratchpad_parameter" not in mlir
+
+
+def test_each_calls_stream_writes_its_value_into_the_runtime_parameter_word(tools, tmp_path):
+    """The npu backend's per-call stream of AddK (k bound per call) is an
+    instructions-only compile whose sequence writes that call's k."""
+    from iron.core.capture import Graph
+    from iron.dispatch import Runlist, plan_layout
+    from iron.dispatch.backends.npu import NpuBackend
+
+    toolchain, _ = tools(KEEPING_BODY.format(log=str(tmp_path / "calls.log")))
+    g = Graph("bound")
+    y = g(AddK(SIZE), g.input("x", (SIZE,), "int32"), k=g.scalar("pos"))
+    runlist = Runlist.from_graph(g, inputs=["x"], outputs=[y.name], device=NPU1)
+    layout, _, _ = plan_layout(runlist)
+    image = ToolchainSim(toolchain).compile(runlist, layout, mode="separate")
+
+    class ToolchainNpu(NpuBackend):
+        def toolchain(self):
+            return toolchain
+
+    instructions = ToolchainNpu(Session())._streams(image)
+    for k in (5, -2):
+        instructions(0, {"k": k}, {})
+    kept = sorted((tmp_path / "streams").iterdir(), key=lambda p: int(p.stem))
+    texts = [p.read_text() for p in kept]
+    assert len(texts) == 2
+    for k, text in zip((5, -2), texts):
+        assert f"%rtp.adder.0 = arith.constant {k} : i32" in text
+        assert "aiex.npu.rtp_write(@rtp_adder, 0, %rtp.adder.0) : i32" in text
 
 
 def test_a_runtime_shaped_step_at_n_values_is_one_link_and_n_streams(tools):
