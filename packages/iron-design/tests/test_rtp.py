@@ -9,12 +9,28 @@ test/python/barrier.py, programming_examples/vision/color_threshold)."""
 import attrs
 import numpy as np
 import pytest
-from sim_designs import kernel, one_worker, scale_model
+from sim_designs import add_one_body, kernel, one_worker, scale_model
 
+from iron.core.spec import IN, OUT
 from iron.design import DeadlockError, Simulator, check, lower, place
 from iron.design.lower import SetLocks, WriteRtp
 from iron.design.mlir import device_block
-from iron.design.model import Acquire, Call, DesignError, Loop, Obj, Param, Release
+from iron.design.model import (
+    Acquire,
+    Call,
+    DesignError,
+    Drain,
+    Fill,
+    Loop,
+    Obj,
+    ObjectFifo,
+    Param,
+    Release,
+    Tensor,
+    Worker,
+    core,
+    shim,
+)
 from iron.design.testing import filecheck
 
 V = "[a-z0-9_.]+"  # an SSA name, captured without its %
@@ -65,6 +81,31 @@ def test_each_reading_core_gets_a_buffer_written_first_and_a_barrier(npu1):
     assert lower(scaled(npu1)).configuration.rtps == ()  # the full-ELF form is unchanged
     with pytest.raises(DesignError, match="runtime-parameter word 'count' is not one of"):
         lower(scaled(npu1), rtp=("count",))
+
+
+def test_only_a_core_that_reads_a_word_gets_a_buffer(npu1):
+    scaler = scaled(npu1)
+    n = 4096
+    design = attrs.evolve(
+        scaler,
+        tensors=(*scaler.tensors, Tensor("x2", n, "i32", IN), Tensor("y2", n, "i32", OUT)),
+        fifos=(
+            *scaler.fifos,
+            ObjectFifo("in2", 1024, "i32", shim(), (core("plain"),)),
+            ObjectFifo("out2", 1024, "i32", core("plain"), (shim(),)),
+        ),
+        workers=(*scaler.workers, Worker("plain", add_one_body(1024, "in2", "out2"))),
+        sequence=(*scaler.sequence, Fill("in2", "x2"), Drain("out2", "y2")),
+    )
+    lowered = lower(design, rtp=("tiles", "factor"))
+    config = lowered.configuration
+    assert [b.worker for b in config.rtps] == ["adder"]
+    assert config.core("plain").rtp is None
+    assert [i.name for i in config.memory_of(config.core("plain").tile) if i.kind == "buffer"] == []
+    x = ints(n)
+    run = Simulator(design, lowered=lowered).run({"x": x, "x2": x}, {"tiles": 4, "factor": 7})
+    np.testing.assert_array_equal(run["y"], x * 7)
+    np.testing.assert_array_equal(run["y2"], x + 1)
 
 
 def test_the_lowered_text_shows_the_words_and_the_wait(npu1):
