@@ -97,13 +97,16 @@ class Streams:
                 self._instructions.popitem(last=False)
         return words
 
-    def configuration(self, op: Operator, design: Design) -> tuple[Lowered, str]:
-        """`design` lowered and its configuration's digest: compiled once
-        per configuration (`configuration_key`)."""
-        key = configuration_key(op, design)
+    def configuration(
+        self, op: Operator, design: Design, rtp: frozenset[str] = frozenset()
+    ) -> tuple[Lowered, str]:
+        """`design` lowered (with `rtp` as runtime-parameter words: an
+        xclbin's form) and its configuration's digest: compiled once per
+        configuration (`configuration_key`) and form."""
+        key = (configuration_key(op, design), rtp)
         with self._lock:
             if key not in self._lowered:
-                lowered = lower(design)
+                lowered = lower(design, rtp=rtp)
                 config = lowered.configuration
                 text = canonical(config)
                 self._entry(
@@ -112,18 +115,26 @@ class Streams:
                 self._lowered[key] = (lowered, digest(text))
             return self._lowered[key]
 
-    def stream(self, op: Operator, base: Design, values: Mapping[str, int]) -> Stream:
+    def stream(
+        self,
+        op: Operator,
+        base: Design,
+        values: Mapping[str, int],
+        rtp: frozenset[str] = frozenset(),
+    ) -> Stream:
         """The stream of `op` at `values` against `base`'s configuration
-        (`base`: the step's design, at the operator's own values)."""
-        key = (op.identity_text(), tuple(sorted(values.items())))
+        (`base`: the step's design, at the operator's own values), lowered
+        with `rtp` as runtime-parameter words (on an xclbin: the sequence
+        writes them for the call)."""
+        key = (op.identity_text(), tuple(sorted(values.items())), rtp)
         with self._lock:
             found = self._streams.get(key)
             if found is not None:
                 self._streams.move_to_end(key)
                 return found
-        lowered, configuration = self.configuration(op, base)
-        design = _design_at(op, base, values)
-        if design is not base and _design_key(design) != _design_key(base):
+        lowered, configuration = self.configuration(op, base, rtp)
+        design = design_at(op, base, values)
+        if design is not base and design_key(design) != design_key(base):
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
                 f"from the one its image holds ({base.name}); a dispatch-time value may change "
@@ -162,7 +173,7 @@ class Streams:
         self.cache.get_or_build(digest(f"{kind}:{key}"), build, kind=kind, **meta)
 
 
-def _design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
+def design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
     """The design of `op` at `values`: the operator's `sequence(**values)`
     where it provides one, else `base` itself at the operator's own values,
     else its design function at those (`attrs.evolve` runs the operator's
@@ -188,10 +199,10 @@ def configuration_key(op: Operator, design: Design) -> str:
     named = getattr(type(op), "configuration", None)
     if callable(named):
         return f"{type(op).__name__}:{op.configuration()}"
-    return _design_key(design)
+    return design_key(design)
 
 
-def _design_key(design: Design) -> str:
+def design_key(design: Design) -> str:
     """What a design's configuration is lowered from (not its runtime
     tensors nor its sequence): equal keys, equal configurations."""
     parts = (design.device, design.fifos, design.workers, design.links, design.params,
