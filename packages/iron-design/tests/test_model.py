@@ -60,6 +60,31 @@ def test_tap_padding_keeps_the_visit_order():
     assert padded.indices().tolist() == tap.indices().tolist()
 
 
+@given(
+    offset=st.integers(-50, 50),
+    dims=st.lists(st.tuples(st.integers(1, 5), st.integers(-40, 40)), min_size=1, max_size=4),
+)
+def test_a_padded_tap_is_the_tap_its_fields_make(offset, dims):
+    tap = TAP.of_dims(dims, offset)
+    padded = tap.padded()
+    extra = 4 - len(dims)
+    again = TAP(offset, (1,) * extra + tap.sizes, (0,) * extra + tap.strides)
+    assert padded == again and hash(padded) == hash(again)
+    assert pickle.loads(pickle.dumps(padded)) == again
+    assert padded.padded() == padded
+
+
+def test_a_tap_of_numpy_integers_holds_ints():
+    tap = TAP(np.int64(3), (np.int32(4), 2), np.array([1, 8]))
+    assert (tap.offset, tap.sizes, tap.strides) == (3, (4, 2), (1, 8))
+    assert {type(v) for v in (tap.offset, *tap.sizes, *tap.strides)} == {int}
+
+
+def test_padding_past_four_dimensions_is_refused():
+    with pytest.raises(DesignError, match="1 to 4 dimensions"):
+        TAP(0, (4,), (1,)).padded(5)
+
+
 @pytest.mark.parametrize(
     "sizes, strides, message",
     [

@@ -151,10 +151,21 @@ def _as_int(value):
 
 
 def _as_ints(value):
+    if type(value) is tuple and _plain_ints(value):
+        return value  # nothing to convert (most tuples of a design: built per statement)
     try:
         return tuple(_as_int(v) for v in value)
     except TypeError:
         return value
+
+
+def _plain_ints(values: tuple) -> bool:
+    """Every item is exactly an int (no bool, no numpy integer): the common
+    case, judged without building an error's words."""
+    for v in values:  # a loop: twice as fast as all() over a generator here  # noqa: SIM110
+        if type(v) is not int:
+            return False
+    return True
 
 
 def require_int(what: str, value, low: int | None = None, high: int | None = None) -> int:
@@ -187,6 +198,8 @@ def _int(low: int | None = None, high: int | None = I32_MAX, *, optional: bool =
     """An attrs validator: the field is an int in `low`..`high` (or None)."""
 
     def validate(instance, attribute, value) -> None:
+        if type(value) is int and (low is None or low <= value) and (high is None or value <= high):
+            return  # the common case, without building the error's words
         if value is None and optional:
             return
         require_int(f"{_label(instance)}: {attribute.name}", value, low, high)
@@ -198,6 +211,15 @@ def _ints_each(low: int | None = None, high: int | None = I32_MAX):
     """An attrs validator: the field is a tuple of ints in `low`..`high`."""
 
     def validate(instance, attribute, value) -> None:
+        if (
+            type(value) is tuple
+            and _plain_ints(value)
+            and (
+                not value
+                or ((low is None or low <= min(value)) and (high is None or max(value) <= high))
+            )
+        ):
+            return  # the common case, without building the error's words
         if not isinstance(value, tuple):
             raise DesignError(f"{_label(instance)}: {attribute.name} is a sequence, got {value!r}")
         for i, item in enumerate(value):
@@ -306,7 +328,23 @@ class TAP:
     def padded(self, dims: int = 4) -> TAP:
         """The same pattern with unit dimensions in front, up to `dims`."""
         extra = dims - len(self.sizes)
-        return TAP(self.offset, (1,) * extra + self.sizes, (0,) * extra + self.strides)
+        if extra <= 0:
+            return self
+        if dims > 4:
+            return TAP(self.offset, (1,) * extra + self.sizes, (0,) * extra + self.strides)
+        # unit dimensions in front, up to 4, keep every rule `__init__`
+        # checked (the lowest three's product included)
+        return TAP._checked(self.offset, (1,) * extra + self.sizes, (0,) * extra + self.strides)
+
+    @classmethod
+    def _checked(cls, offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> TAP:
+        """A TAP of fields known valid (derived from a checked TAP by a rule
+        that keeps them so), made without converting or checking them again."""
+        tap = object.__new__(cls)
+        object.__setattr__(tap, "offset", offset)
+        object.__setattr__(tap, "sizes", sizes)
+        object.__setattr__(tap, "strides", strides)
+        return tap
 
     def indices(self) -> np.ndarray:
         """Element offsets in visit order (int64), computed without a Python
