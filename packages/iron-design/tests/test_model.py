@@ -19,6 +19,7 @@ from iron.design.model import (
     DesignError,
     Drain,
     Fill,
+    Finish,
     Kernel,
     LocalBuffer,
     Loop,
@@ -242,6 +243,64 @@ def test_the_tiny_design_is_well_formed(npu1):
 def test_malformed_designs_name_what_is_wrong(npu1, changes, message):
     with pytest.raises(DesignError, match=message):
         _tiny(npu1, **changes)
+
+
+def _with_other_worker(body) -> dict:
+    """Changes to the tiny design: a second worker v with a fifo of its own,
+    and worker w running `body` then its usual one."""
+    w = _tiny(Device.from_name("npu1")).worker("w")
+    return {
+        "fifos": (
+            ObjectFifo("in", 8, "i32", shim(), (core("w"),)),
+            ObjectFifo("out", 8, "i32", core("w"), (shim(),)),
+            ObjectFifo("other", 8, "i32", shim(), (core("v"),)),
+        ),
+        "workers": (
+            Worker("w", (*body, *w.body)),
+            Worker("v", (Acquire("other"), Release("other"))),
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            _with_other_worker([Acquire("other")]),
+            r"worker w: uses fifo other, which does not list core\('w'\) as its producer",
+        ),
+        (
+            _with_other_worker([Call(add_one_kernel(8), (Obj("other"), Obj("out"), 8))]),
+            "worker w: calls add_one_i32 on fifo 'other', which it does not use",
+        ),
+        (
+            {"sequence": (Fill("in", "x"), Drain("out", "y"), Fill("in", "x"), Drain("in", "y"))},
+            r"sequence\[3\]: drains fifo in, which has no runtime consumer",
+        ),
+        (
+            {"sequence": (Fill("in", "x"), Finish(), Fill("in", "x"), Fill("in", "z"))},
+            r"sequence\[3\]: fills unknown tensor 'z'",
+        ),
+        (
+            {"sequence": (Fill("in", "x"), Fill("in", "x", offset_param="at"))},
+            r"sequence\[1\]: uses parameter 'at', which the design does not declare",
+        ),
+    ],
+)
+def test_a_fault_after_sound_uses_of_the_same_names_is_found(npu1, changes, message):
+    """Statements and bodies repeat names; each use is judged, not only the first."""
+    with pytest.raises(DesignError, match=message):
+        _tiny(npu1, **changes)
+
+
+def test_a_fifo_naming_a_link_that_does_not_list_it_is_refused(npu1):
+    design = split_join(npu1, tile=256, workers=4)
+    short = split("scatter", "in", ["in0", "in1", "in2"], [0, 256, 512])
+    with pytest.raises(DesignError, match="link scatter: fifo in3 names the link, which does not"):
+        attrs.evolve(design, links=(short, design.links[1]))
+    swapped = split("scatter", "in0", ["in", "in1", "in2", "in3"], [0, 256, 512, 768])
+    with pytest.raises(DesignError, match=r"source fifo in0 must list memtile\('scatter'\)"):
+        attrs.evolve(design, links=(swapped, design.links[1]))
 
 
 @pytest.mark.parametrize(

@@ -1134,6 +1134,12 @@ def _check_structure(design: Design) -> None:
     workers = {w.name: w for w in design.workers}
     links = {k.name: k for k in design.links}
     tensors = {t.name: t for t in design.tensors}
+    roles = _roles(design.fifos)
+    linked = collections.defaultdict(list)  # link -> the fifos that name it, in order
+    for fifo in design.fifos:
+        for endpoint in fifo.endpoints:
+            if endpoint.kind == "memtile":
+                linked[endpoint.name].append(fifo.name)
 
     for fifo in design.fifos:
         for endpoint in fifo.endpoints:
@@ -1159,12 +1165,12 @@ def _check_structure(design: Design) -> None:
             if fifo_name not in fifos:
                 raise DesignError(f"{where}: no fifo {fifo_name!r}")
         for fifo_name in link.sources:
-            if fifos[fifo_name].role_of("memtile", link.name) != "consume":
+            if roles.get((fifo_name, "memtile", link.name)) != "consume":
                 raise DesignError(
                     f"{where}: source fifo {fifo_name} must list memtile({link.name!r}) as a consumer"
                 )
         for fifo_name in link.destinations:
-            if fifos[fifo_name].role_of("memtile", link.name) != "produce":
+            if roles.get((fifo_name, "memtile", link.name)) != "produce":
                 raise DesignError(
                     f"{where}: destination fifo {fifo_name} must have memtile({link.name!r}) as its producer"
                 )
@@ -1187,10 +1193,10 @@ def _check_structure(design: Design) -> None:
             or fifos[link.destinations[0]].dims_to_stream
         ):
             raise DesignError(f"{where}: a programmed pool moves whole slots, without dimensions")
-        for fifo in fifos.values():
-            if fifo.role_of("memtile", link.name) and fifo.name not in link.fifos:
+        for fifo_name in linked[link.name]:
+            if fifo_name not in link.fifos:
                 raise DesignError(
-                    f"{where}: fifo {fifo.name} names the link, which does not list it"
+                    f"{where}: fifo {fifo_name} names the link, which does not list it"
                 )
 
     for worker in design.workers:
@@ -1203,7 +1209,7 @@ def _check_structure(design: Design) -> None:
                     raise DesignError(
                         f"{where}: {type(op).__name__.lower()}s unknown fifo {op.fifo!r}"
                     )
-                if fifos[op.fifo].role_of("core", worker.name) is None:
+                if (op.fifo, "core", worker.name) not in roles:
                     raise DesignError(
                         f"{where}: uses fifo {op.fifo}, which does not list core({worker.name!r}) "
                         "as its producer or a consumer"
@@ -1223,8 +1229,7 @@ def _check_structure(design: Design) -> None:
             elif isinstance(op, Call):
                 for arg in op.args:
                     if isinstance(arg, Obj) and (
-                        arg.fifo not in fifos
-                        or fifos[arg.fifo].role_of("core", worker.name) is None
+                        arg.fifo not in fifos or (arg.fifo, "core", worker.name) not in roles
                     ):
                         raise DesignError(
                             f"{where}: calls {op.kernel.symbol} on fifo {arg.fifo!r}, which it does not use"
@@ -1236,7 +1241,14 @@ def _check_structure(design: Design) -> None:
                     if isinstance(arg, Param):
                         _known_param(design, where, arg)
 
+    # a statement's soundness here depends only on what `_judged` keeps of
+    # it, and a sequence repeats few of those (thousands of statements):
+    # each is judged once
+    sound = set()
     for index, statement in enumerate(design.sequence):
+        judged = _judged(statement)
+        if judged in sound:
+            continue
         where = f"design {name}: sequence[{index}]"
         if isinstance(statement, (Fill, Drain)):
             verb = type(statement).__name__.lower()
@@ -1270,6 +1282,42 @@ def _check_structure(design: Design) -> None:
                 f"{where}: {statement!r} is not a Fill, Drain, Finish, SetBarrier, PoolTask "
                 "or SetLock"
             )
+        if judged is not None:
+            sound.add(judged)
+
+
+def _roles(fifos) -> dict[tuple[str, str, str], str]:
+    """(fifo, endpoint kind, endpoint name) -> `ObjectFifo.role_of` there,
+    for every endpoint: one lookup per use instead of a scan."""
+    roles = {}
+    for fifo in fifos:
+        for end in fifo.consumers:
+            roles.setdefault((fifo.name, end.kind, end.name), "consume")
+        roles[fifo.name, fifo.producer.kind, fifo.producer.name] = "produce"
+    return roles
+
+
+def _judged(statement) -> tuple | None:
+    """What `_check_structure` judges of a runtime statement (None: no
+    judgement to share; its TAP is judged when made)."""
+    kind = type(statement)
+    if kind is Fill or kind is Drain:
+        judged = (kind, statement.fifo, statement.tensor, statement.offset_param)
+    elif kind is Finish:
+        return (kind,)
+    elif kind is SetBarrier:
+        judged = (kind, statement.barrier)
+    elif kind is SetLock:
+        judged = (kind, statement.link, statement.slot)
+    elif kind is PoolTask:
+        judged = (kind, statement.link, tuple(bd.slot for bd in statement.bds))
+    else:
+        return None
+    try:
+        hash(judged)
+    except TypeError:  # a name that is no name: judged, and refused, on its own
+        return None
+    return judged
 
 
 def _check_pool_statement(design: Design, where: str, links, statement) -> None:
