@@ -1084,23 +1084,72 @@ def canonical(value) -> str:
     module and name, devices by every field. A field added after designs were
     first digested (metadata `omitted_at_default`) is left out at its default,
     so that adding it moved no digest."""
-    if isinstance(value, (bool, int, str, float)) or value is None:
+    return _text(value, {})
+
+
+def _text(value, written: dict[int, str]) -> str:
+    """`canonical(value)`; `written`: the text of each attrs value met so far
+    in this walk, by identity (a kernel, say, is met at each of its calls)."""
+    how = _CANONICAL.get(type(value)) or _canonical_of(type(value), value)
+    if how is repr:
         return repr(value)
-    if isinstance(value, np.generic):
-        return repr(value.item())
-    if isinstance(value, Direction):
-        return value.value
-    if isinstance(value, (tuple, list)):
-        return "(" + ", ".join(canonical(v) for v in value) + ")"
-    if attrs.has(type(value)):
-        fields = ", ".join(
-            f"{f.name}={canonical(getattr(value, f.name))}"
-            for f in attrs.fields(type(value))
-            if not (f.metadata.get("omitted_at_default") and getattr(value, f.name) == f.default)
+    if how is tuple:
+        return "(" + ", ".join([_text(v, written) for v in value]) + ")"
+    if type(how) is tuple:  # an attrs class: its name, (field, default left out or _KEPT)
+        text = written.get(id(value))
+        if text is None:
+            name, fields = how
+            parts = []
+            for field, omitted in fields:
+                item = getattr(value, field)
+                if omitted is _KEPT or item != omitted:
+                    parts.append(f"{field}={_text(item, written)}")
+            text = written[id(value)] = f"{name}({', '.join(parts)})"
+        return text
+    return how(value)
+
+
+#: how `canonical` writes a value of each type met: the rules below depend
+#: on the type alone, and a digest walks thousands of values of few types
+_CANONICAL: dict[type, object] = {}
+_KEPT = object()
+
+
+def _canonical_of(kind: type, value):
+    """How to write `value`, an instance of `kind`, and all of `kind`."""
+    if issubclass(kind, (bool, int, str, float, type(None))):
+        how = repr
+    elif issubclass(kind, np.generic):
+        how = _generic_text
+    elif issubclass(kind, Direction):
+        how = _direction_text
+    elif issubclass(kind, (tuple, list)):
+        how = tuple
+    elif attrs.has(kind):
+        how = (
+            kind.__name__,
+            tuple(
+                (f.name, f.default if f.metadata.get("omitted_at_default") else _KEPT)
+                for f in attrs.fields(kind)
+            ),
         )
-        return f"{type(value).__name__}({fields})"
-    if callable(value):
-        return model_name(value)
+    elif callable(value):  # a type's instances are all callable or none is
+        how = model_name
+    else:
+        how = _no_text
+    _CANONICAL[kind] = how
+    return how
+
+
+def _generic_text(value: np.generic) -> str:
+    return repr(value.item())
+
+
+def _direction_text(value: Direction) -> str:
+    return value.value
+
+
+def _no_text(value) -> str:
     raise TypeError(f"no stable text for {value!r} in a design")
 
 
