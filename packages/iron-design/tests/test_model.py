@@ -30,6 +30,7 @@ from iron.design.model import (
     Release,
     Tensor,
     Worker,
+    canonical,
     core,
     element_type,
     join,
@@ -371,3 +372,20 @@ def test_add_one_uses_the_runtime_at_both_ends(npu1):
     assert design.fifo("out").consumer("shim") is not None
     assert [type(t).__name__ for t in design.tasks()] == ["Fill", "Drain"]
     assert set(EXAMPLES) == {"passthrough", "add_one", "repeat", "transpose", "split_join"}
+
+
+def test_canonical_text_does_not_depend_on_sharing():
+    """A value met twice in one walk is written as where met once."""
+    kernel = add_one_kernel(8)
+    twin = add_one_kernel(8)
+    assert kernel is not twin
+    shared = canonical((Call(kernel, (Obj("in"), Obj("out"), 8)), kernel))
+    apart = canonical((Call(twin, (Obj("in"), Obj("out"), 8)), add_one_kernel(8)))
+    assert shared == apart
+    assert shared.count("Kernel(symbol='add_one_i32'") == 2
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, object(), (1, [2, {3}])])
+def test_values_without_stable_text_are_refused(value):
+    with pytest.raises(TypeError, match="no stable text for"):
+        canonical(value)
