@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import json
 import threading
+import weakref
 from collections.abc import Mapping
 
 import attrs
@@ -123,7 +124,7 @@ class Streams:
                 return found
         lowered, configuration = self.configuration(op, base)
         design = _design_at(op, base, values)
-        if design is not base and _design_key(design) != _design_key(base):
+        if not _same_configuration(design, base):
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
                 f"from the one its image holds ({base.name}); a dispatch-time value may change "
@@ -191,12 +192,36 @@ def configuration_key(op: Operator, design: Design) -> str:
     return _design_key(design)
 
 
-def _design_key(design: Design) -> str:
+def _configuration_parts(design: Design) -> tuple:
     """What a design's configuration is lowered from (not its runtime
-    tensors nor its sequence): equal keys, equal configurations."""
-    parts = (design.device, design.fifos, design.workers, design.links, design.params,
-             design.barriers, design.members)  # fmt: skip
-    return digest(canonical(parts))
+    tensors nor its sequence)."""
+    return (design.device, design.fifos, design.workers, design.links, design.params,
+            design.barriers, design.members)  # fmt: skip
+
+
+def _same_configuration(design: Design, base: Design) -> bool:
+    """`design` makes `base`'s configuration: the same parts (an operator
+    that reuses its image's values), else equal keys."""
+    if all(a is b for a, b in zip(_configuration_parts(design), _configuration_parts(base))):
+        return True
+    return _design_key(design) == _design_key(base)
+
+
+#: id(design) -> (a weak reference to it, its key): a step's design is keyed
+#: at each new stream, and a key digests the whole configuration
+_KEYS: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def _design_key(design: Design) -> str:
+    """A digest of what `design`'s configuration is lowered from: equal
+    keys, equal configurations. Kept while the design lives."""
+    at = id(design)
+    found = _KEYS.get(at)
+    if found is not None and found[0]() is design:
+        return found[1]
+    key = digest(canonical(_configuration_parts(design)))
+    _KEYS[at] = (weakref.ref(design, lambda _: _KEYS.pop(at, None)), key)
+    return key
 
 
 def _label(values: Mapping[str, int]) -> str:
