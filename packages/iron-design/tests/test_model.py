@@ -389,3 +389,16 @@ def test_canonical_text_does_not_depend_on_sharing():
 def test_values_without_stable_text_are_refused(value):
     with pytest.raises(TypeError, match="no stable text for"):
         canonical(value)
+
+
+def test_a_design_derived_from_a_sound_one_is_judged_on_what_it_changes(npu1):
+    """The configuration's values, judged once, are shared; the rest is judged anew."""
+    design = _tiny(npu1)
+    again = attrs.evolve(design, sequence=(Fill("in", "x"), Finish(), Drain("out", "y")))
+    assert again.fifos is design.fifos and again.sequence[1] == Finish()
+    with pytest.raises(DesignError, match=r"sequence\[0\]: drains fifo in, which has no runtime"):
+        attrs.evolve(design, sequence=(Drain("in", "y"),))
+    with pytest.raises(DesignError, match="tensor names repeat: x"):
+        attrs.evolve(design, tensors=(Tensor("x", 8, "i32"), Tensor("x", 8, "i32")))
+    with pytest.raises(DesignError, match="worker w: acquires unknown fifo 'nowhere'"):
+        attrs.evolve(design, workers=(Worker("w", (Acquire("nowhere"),)),))

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import math
 import re
+import threading
 from collections.abc import Callable
 
 import attrs
@@ -1165,9 +1166,33 @@ def _unique(design: Design, what: str, names) -> None:
 
 def _check_structure(design: Design) -> None:
     """Names resolve and every actor's use of a fifo agrees with the fifo's
-    endpoints. Device limits are `check`'s business, not this one's."""
-    name = design.name
+    endpoints. Device limits are `check`'s business, not this one's. The
+    configuration's part is judged once for the same values (a design
+    derived with another runtime sequence, or an operator that keeps its
+    image's values, shares them)."""
     _unique(design, "tensor", (t.name for t in design.tensors))
+    parts = (design.fifos, design.workers, design.links, design.params, design.members,
+             design.barriers)  # fmt: skip
+    known = tuple(map(id, parts))
+    with _SOUND_LOCK:
+        sound = known in _SOUND_CONFIGURATIONS
+    if not sound:
+        _check_configuration(design)
+        with _SOUND_LOCK:  # the values kept alive, so that their ids name them
+            _SOUND_CONFIGURATIONS[known] = parts
+            if len(_SOUND_CONFIGURATIONS) > 32:
+                del _SOUND_CONFIGURATIONS[next(iter(_SOUND_CONFIGURATIONS))]
+    _check_sequence(design)
+
+
+#: the ids of configuration values found sound (`_check_structure`), with the values
+_SOUND_CONFIGURATIONS: dict[tuple[int, ...], tuple] = {}
+_SOUND_LOCK = threading.Lock()
+
+
+def _check_configuration(design: Design) -> None:
+    """`_check_structure` of the fifos, links, workers and parameters."""
+    name = design.name
     _unique(design, "fifo", (f.name for f in design.fifos))
     _unique(design, "worker", (w.name for w in design.workers))
     _unique(design, "link", (k.name for k in design.links))
@@ -1182,7 +1207,6 @@ def _check_structure(design: Design) -> None:
     fifos = {f.name: f for f in design.fifos}
     workers = {w.name: w for w in design.workers}
     links = {k.name: k for k in design.links}
-    tensors = {t.name: t for t in design.tensors}
     roles = _roles(design.fifos)
     linked = collections.defaultdict(list)  # link -> the fifos that name it, in order
     for fifo in design.fifos:
@@ -1290,6 +1314,13 @@ def _check_structure(design: Design) -> None:
                     if isinstance(arg, Param):
                         _known_param(design, where, arg)
 
+
+def _check_sequence(design: Design) -> None:
+    """`_check_structure` of the runtime sequence."""
+    name = design.name
+    fifos = {f.name: f for f in design.fifos}
+    links = {k.name: k for k in design.links}
+    tensors = {t.name: t for t in design.tensors}
     # a statement's soundness here depends only on what `_judged` keeps of
     # it, and a sequence repeats few of those (thousands of statements):
     # each is judged once
