@@ -152,7 +152,7 @@ def _as_int(value):
 
 
 def _as_ints(value):
-    if type(value) is tuple and _plain_ints(value):
+    if _ints_within(value, -math.inf, math.inf):
         return value  # nothing to convert (most tuples of a design: built per statement)
     try:
         return tuple(_as_int(v) for v in value)
@@ -160,11 +160,14 @@ def _as_ints(value):
         return value
 
 
-def _plain_ints(values: tuple) -> bool:
-    """Every item is exactly an int (no bool, no numpy integer): the common
-    case, judged without building an error's words."""
+def _ints_within(values, low: float, high: float) -> bool:
+    """`values` is a tuple of exact ints (no bool, no numpy integer) in
+    `low`..`high`: the common case of a tuple field, judged without
+    converting it or building an error's words."""
+    if type(values) is not tuple:
+        return False
     for v in values:  # a loop: twice as fast as all() over a generator here  # noqa: SIM110
-        if type(v) is not int:
+        if type(v) is not int or not low <= v <= high:
             return False
     return True
 
@@ -211,16 +214,11 @@ def _int(low: int | None = None, high: int | None = I32_MAX, *, optional: bool =
 def _ints_each(low: int | None = None, high: int | None = I32_MAX):
     """An attrs validator: the field is a tuple of ints in `low`..`high`."""
 
+    bounds = (-math.inf if low is None else low, math.inf if high is None else high)
+
     def validate(instance, attribute, value) -> None:
-        if (
-            type(value) is tuple
-            and _plain_ints(value)
-            and (
-                not value
-                or ((low is None or low <= min(value)) and (high is None or max(value) <= high))
-            )
-        ):
-            return  # the common case, without building the error's words
+        if _ints_within(value, *bounds):
+            return
         if not isinstance(value, tuple):
             raise DesignError(f"{_label(instance)}: {attribute.name} is a sequence, got {value!r}")
         for i, item in enumerate(value):
@@ -286,7 +284,7 @@ class Tile:
         return f"({self.col}, {self.row})"
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class TAP:
     """A tensor access pattern: `offset`, then nested loops of `sizes` and
     `strides` (highest first, outermost first), all in elements; at most 4
@@ -295,6 +293,22 @@ class TAP:
     offset: int = attrs.field(converter=_as_int, validator=_int(I32_MIN))
     sizes: tuple[int, ...] = attrs.field(converter=_as_ints, validator=_ints_each(1))
     strides: tuple[int, ...] = attrs.field(converter=_as_ints, validator=_ints_each(I32_MIN))
+
+    def __init__(self, offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> None:
+        # a sequence makes one TAP per statement, nearly always of exact ints
+        # in range: those need neither the fields' converters nor validators
+        if (
+            type(offset) is int
+            and I32_MIN <= offset <= I32_MAX
+            and _ints_within(sizes, 1, I32_MAX)
+            and _ints_within(strides, I32_MIN, I32_MAX)
+        ):
+            object.__setattr__(self, "offset", offset)
+            object.__setattr__(self, "sizes", sizes)
+            object.__setattr__(self, "strides", strides)
+            self.__attrs_post_init__()
+        else:  # the fields' own converters and checks, and their errors
+            self.__attrs_init__(offset, sizes, strides)
 
     def __attrs_post_init__(self) -> None:
         if len(self.sizes) != len(self.strides) or not 1 <= len(self.sizes) <= 4:
