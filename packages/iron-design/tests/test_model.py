@@ -402,3 +402,27 @@ def test_a_design_derived_from_a_sound_one_is_judged_on_what_it_changes(npu1):
         attrs.evolve(design, tensors=(Tensor("x", 8, "i32"), Tensor("x", 8, "i32")))
     with pytest.raises(DesignError, match="worker w: acquires unknown fifo 'nowhere'"):
         attrs.evolve(design, workers=(Worker("w", (Acquire("nowhere"),)),))
+
+
+def _made(offset, sizes, strides):
+    try:
+        return TAP(offset, sizes, strides)
+    except DesignError as error:
+        return str(error)
+
+
+@given(
+    offset=st.integers(-(2**32), 2**32),
+    dims=st.lists(
+        st.tuples(st.integers(-2, 2**31 + 1), st.integers(-(2**31) - 1, 2**31)), max_size=5
+    ),
+)
+def test_a_tap_of_ints_is_the_tap_of_their_numpy_and_list_forms(offset, dims):
+    """Exact ints take a shorter path than numpy integers and lists do: the
+    same TAP, or the same refusal."""
+    sizes, strides = tuple(s for s, _ in dims), tuple(t for _, t in dims)
+    plain = _made(offset, sizes, strides)
+    numpy = _made(np.int64(offset), [np.int64(s) for s in sizes], list(strides))
+    assert plain == numpy
+    if isinstance(plain, TAP):
+        assert all(type(v) is int for v in (plain.offset, *plain.sizes, *plain.strides))
