@@ -855,13 +855,20 @@ class Call:
                     f"Param, got {arg!r}"
                 )
             if isinstance(want, Scalar) and isinstance(arg, int):
-                low, high = element_type(want.dtype).value_range
+                low, high = _value_range(want.dtype)
                 require_int(f"kernel {self.kernel.symbol} argument {position}", arg, low, high)
             if isinstance(want, Scalar) and isinstance(arg, Param) and want.dtype != "i32":
                 raise DesignError(
                     f"kernel {self.kernel.symbol} argument {position}: parameter {arg.name} is "
                     f"an i32 word, the kernel takes {want.dtype}"
                 )
+
+
+@functools.cache
+def _value_range(dtype: str) -> tuple[int | None, int | None]:
+    """`ElementType.value_range` by name, asked once (a design makes a call
+    per core and kernel, and numpy's limits are slow to ask)."""
+    return element_type(dtype).value_range
 
 
 @attrs.frozen
