@@ -123,7 +123,7 @@ class Streams:
                 self._streams.move_to_end(key)
                 return found
         lowered, configuration = self.configuration(op, base)
-        design = _design_at(op, base, values)
+        design = design_at(op, base, values)
         if not _same_configuration(design, base):
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
@@ -163,7 +163,7 @@ class Streams:
         self.cache.get_or_build(digest(f"{kind}:{key}"), build, kind=kind, **meta)
 
 
-def _design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
+def design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
     """The design of `op` at `values`: the operator's `sequence(**values)`
     where it provides one, else `base` itself at the operator's own values,
     else its design function at those (`attrs.evolve` runs the operator's
@@ -189,7 +189,7 @@ def configuration_key(op: Operator, design: Design) -> str:
     named = getattr(type(op), "configuration", None)
     if callable(named):
         return f"{type(op).__name__}:{op.configuration()}"
-    return _design_key(design)
+    return design_key(design)
 
 
 def _configuration_parts(design: Design) -> tuple:
@@ -204,7 +204,7 @@ def _same_configuration(design: Design, base: Design) -> bool:
     that reuses its image's values), else equal keys."""
     if all(a is b for a, b in zip(_configuration_parts(design), _configuration_parts(base))):
         return True
-    return _design_key(design) == _design_key(base)
+    return design_key(design) == design_key(base)
 
 
 #: id(design) -> (a weak reference to it, its key): a step's design is keyed
@@ -212,7 +212,7 @@ def _same_configuration(design: Design, base: Design) -> bool:
 _KEYS: dict[int, tuple[weakref.ref, str]] = {}
 
 
-def _design_key(design: Design) -> str:
+def design_key(design: Design) -> str:
     """A digest of what `design`'s configuration is lowered from: equal
     keys, equal configurations. Kept while the design lives."""
     at = id(design)
