@@ -24,7 +24,7 @@ import functools
 import hashlib
 import math
 import re
-import threading
+import types
 from collections.abc import Callable
 
 import attrs
@@ -100,6 +100,9 @@ ELEMENT_TYPES = {
         ElementType("bfp16ebs8", np.dtype((np.void, 9)), 9, '!aiex.bfp<"v8bfp16ebs8">', 8),
     )
 }
+#: each type's `value_range`, asked of numpy once (a design makes a call per
+#: core and kernel, each scalar argument judged by it)
+_VALUE_RANGES = types.MappingProxyType({n: t.value_range for n, t in ELEMENT_TYPES.items()})
 _NUMPY_NAMES = {
     "float32": "f32",
     "int8": "i8",
@@ -855,20 +858,13 @@ class Call:
                     f"Param, got {arg!r}"
                 )
             if isinstance(want, Scalar) and isinstance(arg, int):
-                low, high = _value_range(want.dtype)
+                low, high = _VALUE_RANGES[want.dtype]
                 require_int(f"kernel {self.kernel.symbol} argument {position}", arg, low, high)
             if isinstance(want, Scalar) and isinstance(arg, Param) and want.dtype != "i32":
                 raise DesignError(
                     f"kernel {self.kernel.symbol} argument {position}: parameter {arg.name} is "
                     f"an i32 word, the kernel takes {want.dtype}"
                 )
-
-
-@functools.cache
-def _value_range(dtype: str) -> tuple[int | None, int | None]:
-    """`ElementType.value_range` by name, asked once (a design makes a call
-    per core and kernel, and numpy's limits are slow to ask)."""
-    return element_type(dtype).value_range
 
 
 @attrs.frozen
@@ -1106,61 +1102,66 @@ def canonical(value) -> str:
     module and name, devices by every field. A field added after designs were
     first digested (metadata `omitted_at_default`) is left out at its default,
     so that adding it moved no digest."""
-    return _text(value, {})
+    return _Canonical().text(value)
 
 
-def _text(value, written: dict[int, str]) -> str:
-    """`canonical(value)`; `written`: the text of each attrs value met so far
-    in this walk, by identity (a kernel, say, is met at each of its calls)."""
-    how = _CANONICAL.get(type(value)) or _canonical_of(type(value), value)
-    if how is repr:
-        return repr(value)
-    if how is tuple:
-        return "(" + ", ".join([_text(v, written) for v in value]) + ")"
-    if type(how) is tuple:  # an attrs class: its name, (field, default left out or _KEPT)
-        text = written.get(id(value))
-        if text is None:
-            name, fields = how
-            parts = []
-            for field, omitted in fields:
-                item = getattr(value, field)
-                if omitted is _KEPT or item != omitted:
-                    parts.append(f"{field}={_text(item, written)}")
-            text = written[id(value)] = f"{name}({', '.join(parts)})"
-        return text
-    return how(value)
-
-
-#: how `canonical` writes a value of each type met: the rules below depend
-#: on the type alone, and a digest walks thousands of values of few types
-_CANONICAL: dict[type, object] = {}
 _KEPT = object()
 
 
-def _canonical_of(kind: type, value):
-    """How to write `value`, an instance of `kind`, and all of `kind`."""
-    if issubclass(kind, (bool, int, str, float, type(None))):
-        how = repr
-    elif issubclass(kind, np.generic):
-        how = _generic_text
-    elif issubclass(kind, Direction):
-        how = _direction_text
-    elif issubclass(kind, (tuple, list)):
-        how = tuple
-    elif attrs.has(kind):
-        how = (
-            kind.__name__,
-            tuple(
-                (f.name, f.default if f.metadata.get("omitted_at_default") else _KEPT)
-                for f in attrs.fields(kind)
-            ),
-        )
-    elif callable(value):  # a type's instances are all callable or none is
-        how = model_name
-    else:
-        how = _no_text
-    _CANONICAL[kind] = how
-    return how
+class _Canonical:
+    """One walk of `canonical`. A digest walks thousands of values of few
+    types, many met more than once (a kernel at each of its calls): how
+    each type is written is decided once (the rules depend on the type
+    alone), and each attrs value met is written once (by identity: every
+    value met is held by the value walked, so no id is reused meanwhile)."""
+
+    def __init__(self) -> None:
+        self.hows: dict[type, object] = {}
+        self.written: dict[int, str] = {}
+
+    def text(self, value) -> str:
+        how = self.hows.get(type(value)) or self._how(type(value), value)
+        if how is repr:
+            return repr(value)
+        if how is tuple:
+            return "(" + ", ".join([self.text(v) for v in value]) + ")"
+        if type(how) is tuple:  # an attrs class: its name, (field, default left out or _KEPT)
+            text = self.written.get(id(value))
+            if text is None:
+                name, fields = how
+                parts = []
+                for field, omitted in fields:
+                    item = getattr(value, field)
+                    if omitted is _KEPT or item != omitted:
+                        parts.append(f"{field}={self.text(item)}")
+                text = self.written[id(value)] = f"{name}({', '.join(parts)})"
+            return text
+        return how(value)
+
+    def _how(self, kind: type, value):
+        """How to write `value`, an instance of `kind`, and all of `kind`."""
+        if issubclass(kind, (bool, int, str, float, type(None))):
+            how = repr
+        elif issubclass(kind, np.generic):
+            how = _generic_text
+        elif issubclass(kind, Direction):
+            how = _direction_text
+        elif issubclass(kind, (tuple, list)):
+            how = tuple
+        elif attrs.has(kind):
+            how = (
+                kind.__name__,
+                tuple(
+                    (f.name, f.default if f.metadata.get("omitted_at_default") else _KEPT)
+                    for f in attrs.fields(kind)
+                ),
+            )
+        elif callable(value):  # a type's instances are all callable or none is
+            how = model_name
+        else:
+            how = _no_text
+        self.hows[kind] = how
+        return how
 
 
 def _generic_text(value: np.generic) -> str:
@@ -1187,33 +1188,9 @@ def _unique(design: Design, what: str, names) -> None:
 
 def _check_structure(design: Design) -> None:
     """Names resolve and every actor's use of a fifo agrees with the fifo's
-    endpoints. Device limits are `check`'s business, not this one's. The
-    configuration's part is judged once for the same values (a design
-    derived with another runtime sequence, or an operator that keeps its
-    image's values, shares them)."""
-    _unique(design, "tensor", (t.name for t in design.tensors))
-    parts = (design.fifos, design.workers, design.links, design.params, design.members,
-             design.barriers)  # fmt: skip
-    known = tuple(map(id, parts))
-    with _SOUND_LOCK:
-        sound = known in _SOUND_CONFIGURATIONS
-    if not sound:
-        _check_configuration(design)
-        with _SOUND_LOCK:  # the values kept alive, so that their ids name them
-            _SOUND_CONFIGURATIONS[known] = parts
-            if len(_SOUND_CONFIGURATIONS) > 32:
-                del _SOUND_CONFIGURATIONS[next(iter(_SOUND_CONFIGURATIONS))]
-    _check_sequence(design)
-
-
-#: the ids of configuration values found sound (`_check_structure`), with the values
-_SOUND_CONFIGURATIONS: dict[tuple[int, ...], tuple] = {}
-_SOUND_LOCK = threading.Lock()
-
-
-def _check_configuration(design: Design) -> None:
-    """`_check_structure` of the fifos, links, workers and parameters."""
+    endpoints. Device limits are `check`'s business, not this one's."""
     name = design.name
+    _unique(design, "tensor", (t.name for t in design.tensors))
     _unique(design, "fifo", (f.name for f in design.fifos))
     _unique(design, "worker", (w.name for w in design.workers))
     _unique(design, "link", (k.name for k in design.links))
@@ -1228,6 +1205,7 @@ def _check_configuration(design: Design) -> None:
     fifos = {f.name: f for f in design.fifos}
     workers = {w.name: w for w in design.workers}
     links = {k.name: k for k in design.links}
+    tensors = {t.name: t for t in design.tensors}
     roles = _roles(design.fifos)
     linked = collections.defaultdict(list)  # link -> the fifos that name it, in order
     for fifo in design.fifos:
@@ -1335,13 +1313,6 @@ def _check_configuration(design: Design) -> None:
                     if isinstance(arg, Param):
                         _known_param(design, where, arg)
 
-
-def _check_sequence(design: Design) -> None:
-    """`_check_structure` of the runtime sequence."""
-    name = design.name
-    fifos = {f.name: f for f in design.fifos}
-    links = {k.name: k for k in design.links}
-    tensors = {t.name: t for t in design.tensors}
     # a statement's soundness here depends only on what `_judged` keeps of
     # it, and a sequence repeats few of those (thousands of statements):
     # each is judged once
