@@ -1275,7 +1275,11 @@ def _check_structure(design: Design) -> None:
         where = f"design {name}: worker {worker.name}"
         _unique(design, f"worker {worker.name} buffer", (b.name for b in worker.buffers))
         buffers = {b.name for b in worker.buffers}
+        judged = set()  # ids of ops judged here: a body repeats its ops (loops share them)
         for op in walk(worker.body):
+            if id(op) in judged:
+                continue
+            judged.add(id(op))
             if isinstance(op, (Acquire, Release)):
                 if op.fifo not in fifos:
                     raise DesignError(
