@@ -391,8 +391,8 @@ def test_values_without_stable_text_are_refused(value):
         canonical(value)
 
 
-def test_a_design_derived_from_a_sound_one_is_judged_on_what_it_changes(npu1):
-    """The configuration's values, judged once, are shared; the rest is judged anew."""
+def test_a_design_derived_from_a_sound_one_is_judged_again(npu1):
+    """`attrs.evolve` shares the values it keeps; what it changes is judged."""
     design = _tiny(npu1)
     again = attrs.evolve(design, sequence=(Fill("in", "x"), Finish(), Drain("out", "y")))
     assert again.fifos is design.fifos and again.sequence[1] == Finish()

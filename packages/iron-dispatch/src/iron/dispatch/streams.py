@@ -33,7 +33,7 @@ import collections
 import json
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 import numpy as np
@@ -206,7 +206,9 @@ def stream_key(step, params: Mapping[str, int], values: Mapping[str, int]) -> tu
     return (step.digest or step.host, tuple(sorted(params.items())), tuple(sorted(values.items())))
 
 
-def configuration_key(op: Operator, design: Design, key_of=None) -> str:
+def configuration_key(
+    op: Operator, design: Design, key_of: Callable[[Design], str] | None = None
+) -> str:
     """Which configuration `design` (of `op`) makes: the operator's own
     name for it where it gives one (FLMGemm's `configuration()`, the image
     stem every shape shares), else what the configuration is lowered from
