@@ -103,13 +103,16 @@ class Streams:
                 self._instructions.popitem(last=False)
         return words
 
-    def configuration(self, op: Operator, design: Design) -> tuple[Lowered, str]:
-        """`design` lowered and its configuration's digest: compiled once
-        per configuration (`configuration_key`)."""
-        key = configuration_key(op, design, self._design_key)
+    def configuration(
+        self, op: Operator, design: Design, rtp: frozenset[str] = frozenset()
+    ) -> tuple[Lowered, str]:
+        """`design` lowered (with `rtp` as runtime-parameter words: an
+        xclbin's form) and its configuration's digest: compiled once per
+        configuration (`configuration_key`) and form."""
+        key = (configuration_key(op, design, self._design_key), rtp)
         with self._lock:
             if key not in self._lowered:
-                lowered = lower(design)
+                lowered = lower(design, rtp=rtp)
                 config = lowered.configuration
                 text = canonical(config)
                 self._entry(
@@ -118,16 +121,24 @@ class Streams:
                 self._lowered[key] = (lowered, digest(text))
             return self._lowered[key]
 
-    def stream(self, op: Operator, base: Design, values: Mapping[str, int]) -> Stream:
+    def stream(
+        self,
+        op: Operator,
+        base: Design,
+        values: Mapping[str, int],
+        rtp: frozenset[str] = frozenset(),
+    ) -> Stream:
         """The stream of `op` at `values` against `base`'s configuration
-        (`base`: the step's design, at the operator's own values)."""
-        key = (op.identity_text(), tuple(sorted(values.items())))
+        (`base`: the step's design, at the operator's own values), lowered
+        with `rtp` as runtime-parameter words (on an xclbin: the sequence
+        writes them for the call)."""
+        key = (op.identity_text(), tuple(sorted(values.items())), rtp)
         with self._lock:
             found = self._streams.get(key)
             if found is not None:
                 self._streams.move_to_end(key)
                 return found
-        lowered, configuration = self.configuration(op, base)
+        lowered, configuration = self.configuration(op, base, rtp)
         design = design_at(op, base, values)
         if not self._same_configuration(design, base):
             raise StreamError(

@@ -18,6 +18,7 @@ from iron.dispatch.backends import BackendUnavailable, CompilingBackend
 from iron.dispatch.fusion import xclbin_mlir
 from iron.dispatch.identity import digest
 from iron.dispatch.image import PARAMETER_WORDS
+from iron.dispatch.packaging import rtp_params
 from iron.dispatch.pipeline import compile_stream
 from iron.dispatch.program import step_design
 from iron.dispatch.runtime import XclbinExecutable, XrtExecutable
@@ -82,10 +83,11 @@ class NpuBackend(CompilingBackend):
             step = program.steps[0]
             op = image.steps[step.index].op
             design = step_design(op, program.name)
+            rtp = rtp_params(design, step)  # as the xclbin's link reads them
             if step.stream:
-                shaped = streams.stream(op, design, values)
+                shaped = streams.stream(op, design, values, rtp)
                 design, params = shaped.lowered.design, shaped.params
-            mlir = xclbin_mlir(design, step.device, params)
+            mlir = xclbin_mlir(design, step.device, params, rtp)
 
             def build(staging: Path) -> dict:
                 compile_stream(mlir, staging / "stream.bin", toolchain, program.name)
