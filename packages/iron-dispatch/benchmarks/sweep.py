@@ -156,12 +156,12 @@ def measure(repeats: int) -> list[tuple[str, str]]:
             f"{sum(t < 5 for t in costs['new'])} of {len(costs['new'])} (both parts grow with "
             "the sequence's statements: M x N)",
         ),
-        ("- the design at the new M", _spread(costs["build"])),
+        ("new stream, part: the design at the new M", _spread(costs["build"])),
         (
-            "  - of which FLMGemm's configuration values, made again",
+            "new stream, part of the design: FLMGemm's configuration values, made again",
             _spread(costs["image"]),
         ),
-        ("- its sequence lowered + cached", _spread(costs["generate"])),
+        ("new stream, part: its sequence lowered + cached", _spread(costs["generate"])),
         (
             "call on a cached stream / on a cached whole image",
             f"{stream_call * 1e3:.2f} ms / {image_call * 1e3:.2f} ms = "
