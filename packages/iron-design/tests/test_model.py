@@ -19,6 +19,7 @@ from iron.design.model import (
     DesignError,
     Drain,
     Fill,
+    Finish,
     Kernel,
     LocalBuffer,
     Loop,
@@ -29,6 +30,7 @@ from iron.design.model import (
     Release,
     Tensor,
     Worker,
+    canonical,
     core,
     element_type,
     join,
@@ -58,6 +60,31 @@ def test_tap_padding_keeps_the_visit_order():
     padded = tap.padded()
     assert (padded.sizes, padded.strides) == ((1, 1, 4, 2), (0, 0, 1, 8))
     assert padded.indices().tolist() == tap.indices().tolist()
+
+
+@given(
+    offset=st.integers(-50, 50),
+    dims=st.lists(st.tuples(st.integers(1, 5), st.integers(-40, 40)), min_size=1, max_size=4),
+)
+def test_a_padded_tap_is_the_tap_its_fields_make(offset, dims):
+    tap = TAP.of_dims(dims, offset)
+    padded = tap.padded()
+    extra = 4 - len(dims)
+    again = TAP(offset, (1,) * extra + tap.sizes, (0,) * extra + tap.strides)
+    assert padded == again and hash(padded) == hash(again)
+    assert pickle.loads(pickle.dumps(padded)) == again
+    assert padded.padded() == padded
+
+
+def test_a_tap_of_numpy_integers_holds_ints():
+    tap = TAP(np.int64(3), (np.int32(4), 2), np.array([1, 8]))
+    assert (tap.offset, tap.sizes, tap.strides) == (3, (4, 2), (1, 8))
+    assert {type(v) for v in (tap.offset, *tap.sizes, *tap.strides)} == {int}
+
+
+def test_padding_past_four_dimensions_is_refused():
+    with pytest.raises(DesignError, match="1 to 4 dimensions"):
+        TAP(0, (4,), (1,)).padded(5)
 
 
 @pytest.mark.parametrize(
@@ -219,6 +246,64 @@ def test_malformed_designs_name_what_is_wrong(npu1, changes, message):
         _tiny(npu1, **changes)
 
 
+def _with_other_worker(body) -> dict:
+    """Changes to the tiny design: a second worker v with a fifo of its own,
+    and worker w running `body` then its usual one."""
+    w = _tiny(Device.from_name("npu1")).worker("w")
+    return {
+        "fifos": (
+            ObjectFifo("in", 8, "i32", shim(), (core("w"),)),
+            ObjectFifo("out", 8, "i32", core("w"), (shim(),)),
+            ObjectFifo("other", 8, "i32", shim(), (core("v"),)),
+        ),
+        "workers": (
+            Worker("w", (*body, *w.body)),
+            Worker("v", (Acquire("other"), Release("other"))),
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            _with_other_worker([Acquire("other")]),
+            r"worker w: uses fifo other, which does not list core\('w'\) as its producer",
+        ),
+        (
+            _with_other_worker([Call(add_one_kernel(8), (Obj("other"), Obj("out"), 8))]),
+            "worker w: calls add_one_i32 on fifo 'other', which it does not use",
+        ),
+        (
+            {"sequence": (Fill("in", "x"), Drain("out", "y"), Fill("in", "x"), Drain("in", "y"))},
+            r"sequence\[3\]: drains fifo in, which has no runtime consumer",
+        ),
+        (
+            {"sequence": (Fill("in", "x"), Finish(), Fill("in", "x"), Fill("in", "z"))},
+            r"sequence\[3\]: fills unknown tensor 'z'",
+        ),
+        (
+            {"sequence": (Fill("in", "x"), Fill("in", "x", offset_param="at"))},
+            r"sequence\[1\]: uses parameter 'at', which the design does not declare",
+        ),
+    ],
+)
+def test_a_fault_after_sound_uses_of_the_same_names_is_found(npu1, changes, message):
+    """Statements and bodies repeat names; each use is judged, not only the first."""
+    with pytest.raises(DesignError, match=message):
+        _tiny(npu1, **changes)
+
+
+def test_a_fifo_naming_a_link_that_does_not_list_it_is_refused(npu1):
+    design = split_join(npu1, tile=256, workers=4)
+    short = split("scatter", "in", ["in0", "in1", "in2"], [0, 256, 512])
+    with pytest.raises(DesignError, match="link scatter: fifo in3 names the link, which does not"):
+        attrs.evolve(design, links=(short, design.links[1]))
+    swapped = split("scatter", "in0", ["in", "in1", "in2", "in3"], [0, 256, 512, 768])
+    with pytest.raises(DesignError, match=r"source fifo in0 must list memtile\('scatter'\)"):
+        attrs.evolve(design, links=(swapped, design.links[1]))
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -287,3 +372,57 @@ def test_add_one_uses_the_runtime_at_both_ends(npu1):
     assert design.fifo("out").consumer("shim") is not None
     assert [type(t).__name__ for t in design.tasks()] == ["Fill", "Drain"]
     assert set(EXAMPLES) == {"passthrough", "add_one", "repeat", "transpose", "split_join"}
+
+
+def test_canonical_text_does_not_depend_on_sharing():
+    """A value met twice in one walk is written as where met once."""
+    kernel = add_one_kernel(8)
+    twin = add_one_kernel(8)
+    assert kernel is not twin
+    shared = canonical((Call(kernel, (Obj("in"), Obj("out"), 8)), kernel))
+    apart = canonical((Call(twin, (Obj("in"), Obj("out"), 8)), add_one_kernel(8)))
+    assert shared == apart
+    assert shared.count("Kernel(symbol='add_one_i32'") == 2
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, object(), (1, [2, {3}])])
+def test_values_without_stable_text_are_refused(value):
+    with pytest.raises(TypeError, match="no stable text for"):
+        canonical(value)
+
+
+def test_a_design_derived_from_a_sound_one_is_judged_again(npu1):
+    """`attrs.evolve` shares the values it keeps; what it changes is judged."""
+    design = _tiny(npu1)
+    again = attrs.evolve(design, sequence=(Fill("in", "x"), Finish(), Drain("out", "y")))
+    assert again.fifos is design.fifos and again.sequence[1] == Finish()
+    with pytest.raises(DesignError, match=r"sequence\[0\]: drains fifo in, which has no runtime"):
+        attrs.evolve(design, sequence=(Drain("in", "y"),))
+    with pytest.raises(DesignError, match="tensor names repeat: x"):
+        attrs.evolve(design, tensors=(Tensor("x", 8, "i32"), Tensor("x", 8, "i32")))
+    with pytest.raises(DesignError, match="worker w: acquires unknown fifo 'nowhere'"):
+        attrs.evolve(design, workers=(Worker("w", (Acquire("nowhere"),)),))
+
+
+def _made(offset, sizes, strides):
+    try:
+        return TAP(offset, sizes, strides)
+    except DesignError as error:
+        return str(error)
+
+
+@given(
+    offset=st.integers(-(2**32), 2**32),
+    dims=st.lists(
+        st.tuples(st.integers(-2, 2**31 + 1), st.integers(-(2**31) - 1, 2**31)), max_size=5
+    ),
+)
+def test_a_tap_of_ints_is_the_tap_of_their_numpy_and_list_forms(offset, dims):
+    """Exact ints take a shorter path than numpy integers and lists do: the
+    same TAP, or the same refusal."""
+    sizes, strides = tuple(s for s, _ in dims), tuple(t for _, t in dims)
+    plain = _made(offset, sizes, strides)
+    numpy = _made(np.int64(offset), [np.int64(s) for s in sizes], list(strides))
+    assert plain == numpy
+    if isinstance(plain, TAP):
+        assert all(type(v) is int for v in (plain.offset, *plain.sizes, *plain.strides))

@@ -1135,6 +1135,9 @@ class _Sequence:
         self.queued: dict[int, list[int]] = defaultdict(list)  # channel -> outstanding tasks
         self.tokens: dict[int, list[int]] = defaultdict(list)  # channel -> unawaited tokens
         self.live_ids: dict[Tile, set[int]] = defaultdict(set)
+        # each channel's tile's ids, found once (a statement's lookup by Tile
+        # hashes its fields)
+        self.channel_ids = [self.live_ids[c.tile] for c in channels]
         self.groups: dict[str, list[int]] = {}
         self.overflows: list[QueueOverflow] = []
         self.misorders: list[TokenMisorder] = []
@@ -1200,20 +1203,19 @@ class _Sequence:
     def _release_ids(self, task: int) -> None:
         item = self.tasks[task]
         if isinstance(item, Task):
-            self.live_ids[self.builder.channels[item.channel].tile].discard(item.bd_id)
+            self.channel_ids[item.channel].discard(item.bd_id)
         else:
-            tile = self.builder.channels[item.channel].tile
-            self.live_ids[tile] -= set(item.bd_ids)
+            self.channel_ids[item.channel].difference_update(item.bd_ids)
 
     def _task(self, index: int, statement: Fill | Drain) -> None:
-        fifo = self.design.fifo(statement.fifo)
         direction = MM2S if isinstance(statement, Fill) else S2MM
-        channel = self.shim_channel[fifo.name, direction]
+        channel = self.shim_channel[statement.fifo, direction]  # the design's fifo, checked
         tap = (statement.tap or TAP.linear(self.design.tensor(statement.tensor).size)).padded()
         queued = self._room(index, channel)
-        tile = self.builder.channels[channel].tile
-        ids = self.live_ids[tile]
-        bd_id = min(set(range(len(ids) + 1)) - ids)
+        ids = self.channel_ids[channel]
+        bd_id = 0
+        while bd_id in ids:  # the lowest free
+            bd_id += 1
         ids.add(bd_id)
         self.tasks[index] = Task(index, statement, channel, tap, bd_id, queued, len(ids))
         if statement.wait:
@@ -1226,7 +1228,7 @@ class _Sequence:
         queued = self._room(index, channel)
         here = self.builder.channels[channel]
         bank = self._bank(here)
-        ids = self.live_ids[here.tile]
+        ids = self.channel_ids[channel]
         free = [i for i in reversed(bank) if i not in ids]
         count = len(statement.bds)
         bd_ids = (
@@ -1246,13 +1248,13 @@ class _Sequence:
 
     def _finish(self, group: str, at: int) -> None:
         members = self.groups.pop(group, [])
+        waited = False
         for task in members:
             item = self.tasks[task]
-            if isinstance(item, Task) and item.statement.wait and task in self.tokens[item.channel]:
-                self._await(task, at, group)
-        waited = any(
-            isinstance(self.tasks[t], Task) and self.tasks[t].statement.wait for t in members
-        )
+            if isinstance(item, Task) and item.statement.wait:
+                waited = True
+                if task in self.tokens[item.channel]:
+                    self._await(task, at, group)
         for task in members:
             item = self.tasks[task]
             queue = self.queued[item.channel]

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import math
 import re
+import types
 from collections.abc import Callable
 
 import attrs
@@ -99,6 +100,9 @@ ELEMENT_TYPES = {
         ElementType("bfp16ebs8", np.dtype((np.void, 9)), 9, '!aiex.bfp<"v8bfp16ebs8">', 8),
     )
 }
+#: each type's `value_range`, asked of numpy once (a design makes a call per
+#: core and kernel, each scalar argument judged by it)
+_VALUE_RANGES = types.MappingProxyType({n: t.value_range for n, t in ELEMENT_TYPES.items()})
 _NUMPY_NAMES = {
     "float32": "f32",
     "int8": "i8",
@@ -151,10 +155,24 @@ def _as_int(value):
 
 
 def _as_ints(value):
+    if _ints_within(value, -math.inf, math.inf):
+        return value  # nothing to convert (most tuples of a design: built per statement)
     try:
         return tuple(_as_int(v) for v in value)
     except TypeError:
         return value
+
+
+def _ints_within(values, low: float, high: float) -> bool:
+    """`values` is a tuple of exact ints (no bool, no numpy integer) in
+    `low`..`high`: the common case of a tuple field, judged without
+    converting it or building an error's words."""
+    if type(values) is not tuple:
+        return False
+    for v in values:  # a loop: twice as fast as all() over a generator here  # noqa: SIM110
+        if type(v) is not int or not low <= v <= high:
+            return False
+    return True
 
 
 def require_int(what: str, value, low: int | None = None, high: int | None = None) -> int:
@@ -187,6 +205,8 @@ def _int(low: int | None = None, high: int | None = I32_MAX, *, optional: bool =
     """An attrs validator: the field is an int in `low`..`high` (or None)."""
 
     def validate(instance, attribute, value) -> None:
+        if type(value) is int and (low is None or low <= value) and (high is None or value <= high):
+            return  # the common case, without building the error's words
         if value is None and optional:
             return
         require_int(f"{_label(instance)}: {attribute.name}", value, low, high)
@@ -197,7 +217,11 @@ def _int(low: int | None = None, high: int | None = I32_MAX, *, optional: bool =
 def _ints_each(low: int | None = None, high: int | None = I32_MAX):
     """An attrs validator: the field is a tuple of ints in `low`..`high`."""
 
+    bounds = (-math.inf if low is None else low, math.inf if high is None else high)
+
     def validate(instance, attribute, value) -> None:
+        if _ints_within(value, *bounds):
+            return
         if not isinstance(value, tuple):
             raise DesignError(f"{_label(instance)}: {attribute.name} is a sequence, got {value!r}")
         for i, item in enumerate(value):
@@ -263,7 +287,7 @@ class Tile:
         return f"({self.col}, {self.row})"
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class TAP:
     """A tensor access pattern: `offset`, then nested loops of `sizes` and
     `strides` (highest first, outermost first), all in elements; at most 4
@@ -272,6 +296,22 @@ class TAP:
     offset: int = attrs.field(converter=_as_int, validator=_int(I32_MIN))
     sizes: tuple[int, ...] = attrs.field(converter=_as_ints, validator=_ints_each(1))
     strides: tuple[int, ...] = attrs.field(converter=_as_ints, validator=_ints_each(I32_MIN))
+
+    def __init__(self, offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> None:
+        # a sequence makes one TAP per statement, nearly always of exact ints
+        # in range: those need neither the fields' converters nor validators
+        if (
+            type(offset) is int
+            and I32_MIN <= offset <= I32_MAX
+            and _ints_within(sizes, 1, I32_MAX)
+            and _ints_within(strides, I32_MIN, I32_MAX)
+        ):
+            object.__setattr__(self, "offset", offset)
+            object.__setattr__(self, "sizes", sizes)
+            object.__setattr__(self, "strides", strides)
+            self.__attrs_post_init__()
+        else:  # the fields' own converters and checks, and their errors
+            self.__attrs_init__(offset, sizes, strides)
 
     def __attrs_post_init__(self) -> None:
         if len(self.sizes) != len(self.strides) or not 1 <= len(self.sizes) <= 4:
@@ -306,7 +346,23 @@ class TAP:
     def padded(self, dims: int = 4) -> TAP:
         """The same pattern with unit dimensions in front, up to `dims`."""
         extra = dims - len(self.sizes)
-        return TAP(self.offset, (1,) * extra + self.sizes, (0,) * extra + self.strides)
+        if extra <= 0:
+            return self
+        if dims > 4:
+            return TAP(self.offset, (1,) * extra + self.sizes, (0,) * extra + self.strides)
+        # unit dimensions in front, up to 4, keep every rule `__init__`
+        # checked (the lowest three's product included)
+        return TAP._checked(self.offset, (1,) * extra + self.sizes, (0,) * extra + self.strides)
+
+    @classmethod
+    def _checked(cls, offset: int, sizes: tuple[int, ...], strides: tuple[int, ...]) -> TAP:
+        """A TAP of fields known valid (derived from a checked TAP by a rule
+        that keeps them so), made without converting or checking them again."""
+        tap = object.__new__(cls)
+        object.__setattr__(tap, "offset", offset)
+        object.__setattr__(tap, "sizes", sizes)
+        object.__setattr__(tap, "strides", strides)
+        return tap
 
     def indices(self) -> np.ndarray:
         """Element offsets in visit order (int64), computed without a Python
@@ -802,7 +858,7 @@ class Call:
                     f"Param, got {arg!r}"
                 )
             if isinstance(want, Scalar) and isinstance(arg, int):
-                low, high = element_type(want.dtype).value_range
+                low, high = _VALUE_RANGES[want.dtype]
                 require_int(f"kernel {self.kernel.symbol} argument {position}", arg, low, high)
             if isinstance(want, Scalar) and isinstance(arg, Param) and want.dtype != "i32":
                 raise DesignError(
@@ -1046,23 +1102,77 @@ def canonical(value) -> str:
     module and name, devices by every field. A field added after designs were
     first digested (metadata `omitted_at_default`) is left out at its default,
     so that adding it moved no digest."""
-    if isinstance(value, (bool, int, str, float)) or value is None:
-        return repr(value)
-    if isinstance(value, np.generic):
-        return repr(value.item())
-    if isinstance(value, Direction):
-        return value.value
-    if isinstance(value, (tuple, list)):
-        return "(" + ", ".join(canonical(v) for v in value) + ")"
-    if attrs.has(type(value)):
-        fields = ", ".join(
-            f"{f.name}={canonical(getattr(value, f.name))}"
-            for f in attrs.fields(type(value))
-            if not (f.metadata.get("omitted_at_default") and getattr(value, f.name) == f.default)
-        )
-        return f"{type(value).__name__}({fields})"
-    if callable(value):
-        return model_name(value)
+    return _Canonical().text(value)
+
+
+_KEPT = object()
+
+
+class _Canonical:
+    """One walk of `canonical`. A digest walks thousands of values of few
+    types, many met more than once (a kernel at each of its calls): how
+    each type is written is decided once (the rules depend on the type
+    alone), and each attrs value met is written once (by identity: every
+    value met is held by the value walked, so no id is reused meanwhile)."""
+
+    def __init__(self) -> None:
+        self.hows: dict[type, object] = {}
+        self.written: dict[int, str] = {}
+
+    def text(self, value) -> str:
+        how = self.hows.get(type(value)) or self._how(type(value), value)
+        if how is repr:
+            return repr(value)
+        if how is tuple:
+            return "(" + ", ".join([self.text(v) for v in value]) + ")"
+        if type(how) is tuple:  # an attrs class: its name, (field, default left out or _KEPT)
+            text = self.written.get(id(value))
+            if text is None:
+                name, fields = how
+                parts = []
+                for field, omitted in fields:
+                    item = getattr(value, field)
+                    if omitted is _KEPT or item != omitted:
+                        parts.append(f"{field}={self.text(item)}")
+                text = self.written[id(value)] = f"{name}({', '.join(parts)})"
+            return text
+        return how(value)
+
+    def _how(self, kind: type, value):
+        """How to write `value`, an instance of `kind`, and all of `kind`."""
+        if issubclass(kind, (bool, int, str, float, type(None))):
+            how = repr
+        elif issubclass(kind, np.generic):
+            how = _generic_text
+        elif issubclass(kind, Direction):
+            how = _direction_text
+        elif issubclass(kind, (tuple, list)):
+            how = tuple
+        elif attrs.has(kind):
+            how = (
+                kind.__name__,
+                tuple(
+                    (f.name, f.default if f.metadata.get("omitted_at_default") else _KEPT)
+                    for f in attrs.fields(kind)
+                ),
+            )
+        elif callable(value):  # a type's instances are all callable or none is
+            how = model_name
+        else:
+            how = _no_text
+        self.hows[kind] = how
+        return how
+
+
+def _generic_text(value: np.generic) -> str:
+    return repr(value.item())
+
+
+def _direction_text(value: Direction) -> str:
+    return value.value
+
+
+def _no_text(value) -> str:
     raise TypeError(f"no stable text for {value!r} in a design")
 
 
@@ -1096,6 +1206,12 @@ def _check_structure(design: Design) -> None:
     workers = {w.name: w for w in design.workers}
     links = {k.name: k for k in design.links}
     tensors = {t.name: t for t in design.tensors}
+    roles = _roles(design.fifos)
+    linked = collections.defaultdict(list)  # link -> the fifos that name it, in order
+    for fifo in design.fifos:
+        for endpoint in fifo.endpoints:
+            if endpoint.kind == "memtile":
+                linked[endpoint.name].append(fifo.name)
 
     for fifo in design.fifos:
         for endpoint in fifo.endpoints:
@@ -1121,12 +1237,12 @@ def _check_structure(design: Design) -> None:
             if fifo_name not in fifos:
                 raise DesignError(f"{where}: no fifo {fifo_name!r}")
         for fifo_name in link.sources:
-            if fifos[fifo_name].role_of("memtile", link.name) != "consume":
+            if roles.get((fifo_name, "memtile", link.name)) != "consume":
                 raise DesignError(
                     f"{where}: source fifo {fifo_name} must list memtile({link.name!r}) as a consumer"
                 )
         for fifo_name in link.destinations:
-            if fifos[fifo_name].role_of("memtile", link.name) != "produce":
+            if roles.get((fifo_name, "memtile", link.name)) != "produce":
                 raise DesignError(
                     f"{where}: destination fifo {fifo_name} must have memtile({link.name!r}) as its producer"
                 )
@@ -1149,23 +1265,27 @@ def _check_structure(design: Design) -> None:
             or fifos[link.destinations[0]].dims_to_stream
         ):
             raise DesignError(f"{where}: a programmed pool moves whole slots, without dimensions")
-        for fifo in fifos.values():
-            if fifo.role_of("memtile", link.name) and fifo.name not in link.fifos:
+        for fifo_name in linked[link.name]:
+            if fifo_name not in link.fifos:
                 raise DesignError(
-                    f"{where}: fifo {fifo.name} names the link, which does not list it"
+                    f"{where}: fifo {fifo_name} names the link, which does not list it"
                 )
 
     for worker in design.workers:
         where = f"design {name}: worker {worker.name}"
         _unique(design, f"worker {worker.name} buffer", (b.name for b in worker.buffers))
         buffers = {b.name for b in worker.buffers}
+        judged = set()  # ids of ops judged here: a body repeats its ops (loops share them)
         for op in walk(worker.body):
+            if id(op) in judged:
+                continue
+            judged.add(id(op))
             if isinstance(op, (Acquire, Release)):
                 if op.fifo not in fifos:
                     raise DesignError(
                         f"{where}: {type(op).__name__.lower()}s unknown fifo {op.fifo!r}"
                     )
-                if fifos[op.fifo].role_of("core", worker.name) is None:
+                if (op.fifo, "core", worker.name) not in roles:
                     raise DesignError(
                         f"{where}: uses fifo {op.fifo}, which does not list core({worker.name!r}) "
                         "as its producer or a consumer"
@@ -1185,8 +1305,7 @@ def _check_structure(design: Design) -> None:
             elif isinstance(op, Call):
                 for arg in op.args:
                     if isinstance(arg, Obj) and (
-                        arg.fifo not in fifos
-                        or fifos[arg.fifo].role_of("core", worker.name) is None
+                        arg.fifo not in fifos or (arg.fifo, "core", worker.name) not in roles
                     ):
                         raise DesignError(
                             f"{where}: calls {op.kernel.symbol} on fifo {arg.fifo!r}, which it does not use"
@@ -1198,7 +1317,14 @@ def _check_structure(design: Design) -> None:
                     if isinstance(arg, Param):
                         _known_param(design, where, arg)
 
+    # a statement's soundness here depends only on what `_judged` keeps of
+    # it, and a sequence repeats few of those (thousands of statements):
+    # each is judged once
+    sound = set()
     for index, statement in enumerate(design.sequence):
+        judged = _judged(statement)
+        if judged in sound:
+            continue
         where = f"design {name}: sequence[{index}]"
         if isinstance(statement, (Fill, Drain)):
             verb = type(statement).__name__.lower()
@@ -1232,6 +1358,42 @@ def _check_structure(design: Design) -> None:
                 f"{where}: {statement!r} is not a Fill, Drain, Finish, SetBarrier, PoolTask "
                 "or SetLock"
             )
+        if judged is not None:
+            sound.add(judged)
+
+
+def _roles(fifos) -> dict[tuple[str, str, str], str]:
+    """(fifo, endpoint kind, endpoint name) -> `ObjectFifo.role_of` there,
+    for every endpoint: one lookup per use instead of a scan."""
+    roles = {}
+    for fifo in fifos:
+        for end in fifo.consumers:
+            roles.setdefault((fifo.name, end.kind, end.name), "consume")
+        roles[fifo.name, fifo.producer.kind, fifo.producer.name] = "produce"
+    return roles
+
+
+def _judged(statement) -> tuple | None:
+    """What `_check_structure` judges of a runtime statement (None: no
+    judgement to share; its TAP is judged when made)."""
+    kind = type(statement)
+    if kind is Fill or kind is Drain:
+        judged = (kind, statement.fifo, statement.tensor, statement.offset_param)
+    elif kind is Finish:
+        return (kind,)
+    elif kind is SetBarrier:
+        judged = (kind, statement.barrier)
+    elif kind is SetLock:
+        judged = (kind, statement.link, statement.slot)
+    elif kind is PoolTask:
+        judged = (kind, statement.link, tuple(bd.slot for bd in statement.bds))
+    else:
+        return None
+    try:
+        hash(judged)
+    except TypeError:  # a name that is no name: judged, and refused, on its own
+        return None
+    return judged
 
 
 def _check_pool_statement(design: Design, where: str, links, statement) -> None:

@@ -32,7 +32,8 @@ from __future__ import annotations
 import collections
 import json
 import threading
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 
 import attrs
 import numpy as np
@@ -73,6 +74,10 @@ class Streams:
         self._lowered: dict[str, tuple[Lowered, str]] = {}  # key -> (lowered, digest)
         self._streams: collections.OrderedDict[tuple, Stream] = collections.OrderedDict()
         self._instructions: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
+        #: id(design) -> (a weak reference to it, `design_key(design)`): a
+        #: step's design is keyed at each new stream, and a key digests the
+        #: whole configuration
+        self._keys: dict[int, tuple[weakref.ref, str]] = {}
         self._lock = threading.Lock()
         self.configurations = self.streams = 0
 
@@ -80,6 +85,7 @@ class Streams:
         self._lowered.clear()
         self._streams.clear()
         self._instructions.clear()
+        self._keys.clear()
 
     def instructions(self, key: tuple, make) -> np.ndarray:
         """The instruction words of the stream `key` names (`stream_key`,
@@ -103,7 +109,7 @@ class Streams:
         """`design` lowered (with `rtp` as runtime-parameter words: an
         xclbin's form) and its configuration's digest: compiled once per
         configuration (`configuration_key`) and form."""
-        key = (configuration_key(op, design), rtp)
+        key = (configuration_key(op, design, self._design_key), rtp)
         with self._lock:
             if key not in self._lowered:
                 lowered = lower(design, rtp=rtp)
@@ -134,7 +140,7 @@ class Streams:
                 return found
         lowered, configuration = self.configuration(op, base, rtp)
         design = design_at(op, base, values)
-        if design is not base and design_key(design) != design_key(base):
+        if not self._same_configuration(design, base):
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
                 f"from the one its image holds ({base.name}); a dispatch-time value may change "
@@ -157,6 +163,25 @@ class Streams:
             if len(self._streams) > self.KEPT:
                 self._streams.popitem(last=False)
         return stream
+
+    def _same_configuration(self, design: Design, base: Design) -> bool:
+        """`design` makes `base`'s configuration: the same values (an
+        operator that reuses its image's), else equal keys."""
+        parts = zip(_configuration_parts(design), _configuration_parts(base))
+        return all(a is b for a, b in parts) or self._design_key(design) == self._design_key(base)
+
+    def _design_key(self, design: Design) -> str:
+        """`design_key(design)`, kept while the design lives."""
+        at = id(design)
+        found = self._keys.get(at)
+        if found is not None and found[0]() is design:
+            return found[1]
+        key = design_key(design)
+        with self._lock:
+            if len(self._keys) >= self.KEPT:  # forget the designs gone
+                self._keys = {k: v for k, v in self._keys.items() if v[0]() is not None}
+            self._keys[at] = (weakref.ref(design), key)
+        return key
 
     def _entry(self, kind: str, key: str, contents: dict[str, str], **meta) -> None:
         if kind == "configuration":
@@ -192,22 +217,30 @@ def stream_key(step, params: Mapping[str, int], values: Mapping[str, int]) -> tu
     return (step.digest or step.host, tuple(sorted(params.items())), tuple(sorted(values.items())))
 
 
-def configuration_key(op: Operator, design: Design) -> str:
+def configuration_key(
+    op: Operator, design: Design, key_of: Callable[[Design], str] | None = None
+) -> str:
     """Which configuration `design` (of `op`) makes: the operator's own
     name for it where it gives one (FLMGemm's `configuration()`, the image
-    stem every shape shares), else what the configuration is lowered from."""
+    stem every shape shares), else what the configuration is lowered from
+    (`key_of`, by default `design_key`)."""
     named = getattr(type(op), "configuration", None)
     if callable(named):
         return f"{type(op).__name__}:{op.configuration()}"
-    return design_key(design)
+    return (key_of or design_key)(design)
+
+
+def _configuration_parts(design: Design) -> tuple:
+    """What a design's configuration is lowered from (not its runtime
+    tensors nor its sequence)."""
+    return (design.device, design.fifos, design.workers, design.links, design.params,
+            design.barriers, design.members)  # fmt: skip
 
 
 def design_key(design: Design) -> str:
-    """What a design's configuration is lowered from (not its runtime
-    tensors nor its sequence): equal keys, equal configurations."""
-    parts = (design.device, design.fifos, design.workers, design.links, design.params,
-             design.barriers, design.members)  # fmt: skip
-    return digest(canonical(parts))
+    """A digest of what `design`'s configuration is lowered from: equal
+    keys, equal configurations."""
+    return digest(canonical(_configuration_parts(design)))
 
 
 def _label(values: Mapping[str, int]) -> str:
