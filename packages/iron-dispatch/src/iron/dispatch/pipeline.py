@@ -295,7 +295,8 @@ def _xclbin_chain(staging: Path, image: Image, objects: dict[str, Path], toolcha
             )
         # a runtime-shaped step's designs at other values share the kernel:
         # only their sequences may differ
-        if structures.setdefault(name, design_key(design)) != design_key(design):
+        structure = design_key(design)
+        if structures.setdefault(name, structure) != structure:
             raise FusionError(
                 f"{program.name}: design {design.name} shares kernel {name} with an earlier "
                 "step's but makes another configuration; one xclbin kernel is one configuration"
