@@ -56,7 +56,7 @@ def test_the_kernels_the_designs_name_are_written_vectorised_without_libm():
     ],
 )
 def test_other_configurations_call_listed_kernels(params, device):
-    op = FLMGemm(256 if device is NPU1 else 512, 1024, 512, **params).resolve(device)
+    op = FLMGemm(M=256 if device is NPU1 else 512, K=1024, N=512, **params).resolve(device)
     assert design_problems(design_of(op), [MANIFEST]) == []
 
 
