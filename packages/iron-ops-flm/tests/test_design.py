@@ -198,6 +198,60 @@ def test_simulation_on_a_narrower_array():
     within_tolerance(op)
 
 
+# ---- M per call: one capacity, the rows past M zeroed by the cores ----------------------------
+
+CAPACITY = FLMGemm(K=512, N=1024, max_M=768, epilogue="sigmoid").resolve(NPU2)
+
+
+def test_one_image_serves_every_m_of_a_capacity():
+    designs = [CAPACITY.sequence(M=m) for m in (256, 512, 768)]
+    image = {canonical((d.name, d.fifos, d.links, d.workers, d.params, d.tensors)) for d in designs}
+    assert len(image) == 1  # the same tensors too: A and C hold max_M rows
+    assert len({d.sequence for d in designs}) == 3
+    assert [CAPACITY.runtime_params(M=m)["zeros_0"] for m in (256, 512, 768)] == [32, 16, 0]
+
+
+@pytest.mark.parametrize("M", [256, 512, 768])
+def test_rows_past_m_are_exactly_the_references_zeros(M):
+    """Rows below M within tolerance; rows M.. bit for bit the reference's
+    zeros (not the epilogue of 0: sigmoid(0) is 0.5)."""
+    op = CAPACITY.at(M)
+    c, traffic, reference, data = simulated(op)
+    assert compare(c[:M], reference[:M], op.tolerance(inputs=data)).passed
+    assert np.array_equal(c[M:].view(np.uint16), reference[M:].view(np.uint16))
+    assert not np.any(c[M:].view(np.uint16))
+    assert traffic.tensors["A"].read == M * 512 * 2  # A's rows past M stay in DDR
+    assert traffic.tensors["C"].written == 768 * 1024 * 2
+
+
+def ones_model(c) -> None:
+    """A zero kernel gone wrong: ones."""
+    c[:] = 1
+
+
+def test_a_wrong_zeroing_fails():
+    """The zero rows as the design makes them, corrupted three ways: a
+    zero count one short deadlocks the call; no zero drains leave rows
+    never written; a zero kernel writing anything else changes C."""
+    op = CAPACITY.at(256)
+    a, b = inputs(op)
+    tensors = {"A": a, "B": flm_design.b_blocks(b, op.b_format)}
+    design, params = flm_design.build(op), flm_design.runtime_params(op)
+    short = {**params, "zeros_3": params["zeros_3"] - 1}
+    with pytest.raises(DeadlockError, match="finish of group zero0"):
+        simulate(design, tensors, short)
+    kept = tuple(s for s in design.sequence if not str(getattr(s, "group", "")).startswith("zero"))
+    none = {k: 0 if k.startswith("zeros_") else v for k, v in params.items()}
+    with pytest.raises(CoverageError, match=r"never written \(first C\[256, 0\]\)"):
+        simulate(attrs.evolve(design, sequence=kept), tensors, none)
+    good = flm_design.run(op, a, b)["C"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(flm_design, "zero_model", ones_model)
+        bad = flm_design.run(op, a, b)["C"]
+    assert np.array_equal(bad[:256].view(np.uint16), good[:256].view(np.uint16))
+    assert not np.array_equal(bad[256:].view(np.uint16), good[256:].view(np.uint16))
+
+
 # ---- DDR traffic, from the simulator's byte counters -----------------------------------------
 
 

@@ -18,7 +18,7 @@ from iron.design.manifest import (
     shipped_problems,
 )
 from iron.ops.flm import FLMGemm
-from iron.ops.flm.design import drain_model, mm_model
+from iron.ops.flm.design import drain_model, mm_model, zero_model
 from iron.ops.flm.packing import BFormat, Rounding
 
 MANIFEST = load("iron.ops.flm")
@@ -102,3 +102,11 @@ def test_the_drain_model_is_within_its_tanh_of_the_float64_epilogue(arch, epilog
     tanh_error = 0.0051 if arch == "aie2" else 2**-9
     allowed = (0.5 * tanh_error) * (1 if epilogue == 3 else np.abs(xs)) + 2**-8 * np.abs(exact)
     assert np.all(np.abs(c.astype(np.float64) - exact) <= allowed + 1e-6)
+
+
+def test_the_zero_model_writes_positive_zeros_over_anything():
+    """iron_flm_zero_bf16 stores aie::zeros: +0.0 bits in every lane,
+    whatever the chunk held."""
+    c = np.full(512, np.nan, bf16)
+    zero_model(c)
+    assert not np.any(c.view(np.uint16))
