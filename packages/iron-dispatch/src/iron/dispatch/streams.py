@@ -123,7 +123,7 @@ class Streams:
                 return found
         lowered, configuration = self.configuration(op, base)
         design = _design_at(op, base, values)
-        if design is not base and _design_key(design) != _design_key(base):
+        if not _same_configuration(design, base):
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
                 f"from the one its image holds ({base.name}); a dispatch-time value may change "
@@ -191,12 +191,23 @@ def configuration_key(op: Operator, design: Design) -> str:
     return _design_key(design)
 
 
+def _same_configuration(design: Design, base: Design) -> bool:
+    """Whether `design` lowers to `base`'s configuration: the same parts
+    (an operator that shares its image's objects among its values is seen
+    so without digesting them), else equal `_design_key`s."""
+    if all(getattr(design, p) is getattr(base, p) for p in _CONFIGURATION_PARTS):
+        return True
+    return _design_key(design) == _design_key(base)
+
+
+#: what a design's configuration is lowered from (not its runtime tensors nor its sequence)
+_CONFIGURATION_PARTS = ("device", "fifos", "workers", "links", "params", "barriers", "members")
+
+
 def _design_key(design: Design) -> str:
     """What a design's configuration is lowered from (not its runtime
     tensors nor its sequence): equal keys, equal configurations."""
-    parts = (design.device, design.fifos, design.workers, design.links, design.params,
-             design.barriers, design.members)  # fmt: skip
-    return digest(canonical(parts))
+    return digest(canonical(tuple(getattr(design, p) for p in _CONFIGURATION_PARTS)))
 
 
 def _label(values: Mapping[str, int]) -> str:
