@@ -177,6 +177,24 @@ def test_a_bad_m_is_refused_before_anything_runs(backend, rows, rule, tmp_path):
         assert np.array_equal(f.read_state("seen").view(np.uint16), a.reshape(-1).view(np.uint16))
 
 
+def test_an_unbound_m_runs_at_the_operators_own_and_keys_the_cache(tmp_path):
+    """M is not part of the identity (max_M is): two graphs of one capacity
+    leaving M unbound at 512 and at 256 are two cache entries, and a
+    later process gets the rows its own M computes."""
+    op = FLMGemm(K=512, N=1024, max_M=512)
+    a, packed = flm_inputs(op)
+    for m in (512, 256):
+        with Session(cache=tmp_path) as session:
+            at = FLMGemm(K=512, N=1024, max_M=512, M=m)
+
+            @graph(backend="sim", device="npu2", session=session)
+            def f(g, a):
+                return g(at, a, g.weight("b", packed))  # noqa: B023 (called in the loop)
+
+            c = f(a)
+            assert np.any(c[:m].view(np.uint16)) and not np.any(c[m:].view(np.uint16)), m
+
+
 def sweep(session, M_values, K, N):
     """One graph of FLMGemm at (K, N), capacity the largest of `M_values`,
     compiled once; then the stream of each M as a call at that M makes it

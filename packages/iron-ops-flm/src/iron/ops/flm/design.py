@@ -20,8 +20,8 @@ accumulating a 64 x tile_n block of C in float32.
 
 Every per-call value is a runtime parameter the cores read (k_iters, the
 slab cut, each column's work and idle column blocks and zero chunks, the
-epilogue and the clamp bounds as float32 bits) or lives in the runtime sequence: per slab
-the pool's locks are armed (`SetLock`), its fill and drain tasks pushed
+epilogue and the clamp bounds as float32 bits) or lives in the runtime
+sequence: per slab the pool's locks are armed (`SetLock`), its fill and drain tasks pushed
 (`PoolTask`), and A, B and C moved by shim transfers whose access patterns
 carry M, K and N. The sequence is cut into one group per (slab, column
 block, unit), so no channel queues more than the device allows.
@@ -488,9 +488,10 @@ def sequence(op: FLMGemm, program: Program) -> list:
 
 
 def _zero_rows(op: FLMGemm, program: Program, blocks) -> list:
-    """Rows M..max_M of C, a drain per column block of the zero chunks its
-    column's cores make (`zeros_{c}`): each column block's rows in unit
-    order, as many values as they make."""
+    """Rows M..max_M of C: per column block, one drain of the zero chunks
+    its column's cores make for it (`zeros_{c}` counts them over all the
+    column's blocks), its rows in order. Every chunk holds zeros, so which
+    chunk lands where does not matter, only that each row is written once."""
     unit_rows, N, tile_n = op.unit_rows, op.N, op.tile_n
     pad_units = op.max_M // unit_rows - program.units
     if pad_units == 0:

@@ -288,13 +288,14 @@ class FLMGemm(Operator):
         """Refuse a call's M before anything runs: a whole number of units
         (64 x compute rows: a misaligned M would hang the device) up to the
         capacity."""
-        rows = self.unit_rows
-        where = f" on {self.device.name}" if self.device is not None else ""
+        rows, device = self.unit_rows, self.device
+        why = (
+            f"on {device.name} ({M_TILE} rows x {device.compute_rows} compute rows)"
+            if device is not None
+            else "(one core's rows)"
+        )
         if int(M) <= 0 or int(M) % rows:
-            raise OperatorError(
-                f"FLMGemm: M={int(M)}: a positive multiple of {rows}{where} "
-                f"({M_TILE} rows x {rows // M_TILE} compute rows)"
-            )
+            raise OperatorError(f"FLMGemm: M={int(M)}: a positive multiple of {rows} {why}")
         if int(M) > self.max_M:
             raise OperatorError(f"FLMGemm: M={int(M)}: at most max_M={self.max_M} (A's rows)")
 
