@@ -70,7 +70,8 @@ class Streams:
 
     def __init__(self, cache=None) -> None:
         self.cache = cache
-        self._lowered: dict[str, tuple[Lowered, str]] = {}  # key -> (lowered, digest)
+        #: configuration key -> (lowered, its digest, `_design_key` of the design lowered)
+        self._lowered: dict[str, tuple[Lowered, str, str]] = {}
         self._streams: collections.OrderedDict[tuple, Stream] = collections.OrderedDict()
         self._instructions: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
         self._lock = threading.Lock()
@@ -100,6 +101,9 @@ class Streams:
     def configuration(self, op: Operator, design: Design) -> tuple[Lowered, str]:
         """`design` lowered and its configuration's digest: compiled once
         per configuration (`configuration_key`)."""
+        return self._configuration(op, design)[:2]
+
+    def _configuration(self, op: Operator, design: Design) -> tuple[Lowered, str, str]:
         key = configuration_key(op, design)
         with self._lock:
             if key not in self._lowered:
@@ -109,7 +113,7 @@ class Streams:
                 self._entry(
                     "configuration", digest(text), {"configuration.txt": text}, name=design.name
                 )
-                self._lowered[key] = (lowered, digest(text))
+                self._lowered[key] = (lowered, digest(text), _design_key(design))
             return self._lowered[key]
 
     def stream(self, op: Operator, base: Design, values: Mapping[str, int]) -> Stream:
@@ -121,9 +125,10 @@ class Streams:
             if found is not None:
                 self._streams.move_to_end(key)
                 return found
-        lowered, configuration = self.configuration(op, base)
+        lowered, configuration, lowered_from = self._configuration(op, base)
         design = _design_at(op, base, values)
-        if not _same_configuration(design, base):
+        # the configuration lowered (digested once) against the one this design makes
+        if design is not base and _design_key(design) != lowered_from:
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
                 f"from the one its image holds ({base.name}); a dispatch-time value may change "
@@ -191,23 +196,12 @@ def configuration_key(op: Operator, design: Design) -> str:
     return _design_key(design)
 
 
-def _same_configuration(design: Design, base: Design) -> bool:
-    """Whether `design` lowers to `base`'s configuration: the same parts
-    (an operator that shares its image's objects among its values is seen
-    so without digesting them), else equal `_design_key`s."""
-    if all(getattr(design, p) is getattr(base, p) for p in _CONFIGURATION_PARTS):
-        return True
-    return _design_key(design) == _design_key(base)
-
-
-#: what a design's configuration is lowered from (not its runtime tensors nor its sequence)
-_CONFIGURATION_PARTS = ("device", "fifos", "workers", "links", "params", "barriers", "members")
-
-
 def _design_key(design: Design) -> str:
     """What a design's configuration is lowered from (not its runtime
     tensors nor its sequence): equal keys, equal configurations."""
-    return digest(canonical(tuple(getattr(design, p) for p in _CONFIGURATION_PARTS)))
+    parts = (design.device, design.fifos, design.workers, design.links, design.params,
+             design.barriers, design.members)  # fmt: skip
+    return digest(canonical(parts))
 
 
 def _label(values: Mapping[str, int]) -> str:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 
-import attrs
 import numpy as np
 
 from iron.core import IN, OUT, bf16
@@ -287,14 +286,7 @@ def _core_body(op: FLMGemm, col: int, row: int) -> tuple:
 
 
 def image(op: FLMGemm) -> tuple:
-    """(fifos, links, workers, params) of `op`'s configuration: built once
-    per operator and shared by the designs of all its M (the same objects,
-    so a stream's configuration is seen to be the image's at a glance)."""
-    return _image(op if op.max_M == op.M else attrs.evolve(op, M=op.max_M))
-
-
-@functools.lru_cache(maxsize=32)
-def _image(op: FLMGemm) -> tuple:
+    """(fifos, links, workers, params) of `op`'s configuration."""
     device = op.device
     rows, cols = device.compute_rows, device.columns
     names = _names(rows, cols)
