@@ -267,8 +267,7 @@ def test_every_projection_of_the_sweep_shares_the_configuration(tmp_path):
     configuration."""
     with Session(cache=tmp_path) as session:
         for k, n in PROJECTIONS.values():
-            projection(session, k, n).compile(a=((256, k), bf16))
-        streams = session.library.streams
+            streams = sweep(session, (256,), k, n)
         assert (streams.configurations, streams.streams) == (1, len(PROJECTIONS))
 
 
