@@ -194,6 +194,11 @@ def test_per_call_values_reach_an_xclbin_as_new_streams_cached_by_value():
         (("k", 3),),
     ]
     assert [p for (_, i, (_, p, _)) in made if i == 1] == [()]  # AddOne's one static stream
+    # the device ran AddK in the xclbin's form: k a word of its core's buffer
+    add_k = version.image.programs[0].steps[0].digest
+    lowered = f.session.library.simulators[add_k, frozenset({"k"})].lowered
+    assert [b.params for b in lowered.configuration.rtps] == [("k",)]
+    assert (add_k, frozenset()) not in f.session.library.simulators
 
 
 def test_the_simulated_xclbin_refuses_foreign_and_unsynced_streams():

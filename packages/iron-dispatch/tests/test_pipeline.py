@@ -8,6 +8,7 @@ import stat
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from dispatch_fakes import AddK, AddOne, Twice
 
@@ -48,6 +49,16 @@ if '--get-xclbin' in args:
 if '--get-npu-insts' in args:
     (out / named['npu-insts-name']).write_bytes(b'\\0\\0\\0\\1')
 """
+# the chain's aiecc, also keeping each stream's MLIR (the scratch directory goes)
+KEEPING_BODY = (
+    XCLBIN_BODY
+    + """
+if '--get-npu-insts' in args:
+    kept = pathlib.Path({log!r}).with_name('streams')
+    kept.mkdir(exist_ok=True)
+    (kept / f'{{len(list(kept.iterdir()))}}.mlir').write_text((out / 'program.mlir').read_text())
+"""
+)
 FAILING_BODY = (
     "sys.stderr.write(\"error: 'aie.device' op tile (0, 2) is out of locks\\n\"); sys.exit(3)"
 )
@@ -140,7 +151,10 @@ def test_a_separate_image_is_an_xclbin_chain_and_static_instruction_streams(tool
     assert [Path(e).name for e in image.elves] == [f"program{i}.insts.bin" for i in range(3)]
 
 
-def test_a_per_call_value_a_core_reads_cannot_go_into_an_xclbin_yet(tools):
+def test_a_per_call_value_a_core_reads_is_a_runtime_parameter_of_the_xclbin(tools):
+    """AddK with k bound per call on npu1: the link's core reads k from its
+    runtime-parameter buffer; no stream is compiled at link time (each
+    call's, which writes k, is compiled for its value)."""
     from iron.core.capture import Graph
     from iron.dispatch import Runlist, plan_layout
 
@@ -149,7 +163,101 @@ def test_a_per_call_value_a_core_reads_cannot_go_into_an_xclbin_yet(tools):
     y = g(AddK(SIZE), g.input("x", (SIZE,), "int32"), k=g.scalar("pos"))
     runlist = Runlist.from_graph(g, inputs=["x"], outputs=[y.name], device=NPU1)
     layout, _, _ = plan_layout(runlist)
-    with pytest.raises(ValueError, match="per-call value its core reads; on an xclbin"):
+    image = ToolchainSim(toolchain).compile(runlist, layout, mode="separate")
+    assert len([c for c in calls(log, "aiecc") if "--get-xclbin" in c]) == 1
+    assert [c for c in calls(log, "aiecc") if "--get-npu-insts" in c] == []
+    assert image.elves == ("",)  # made per call
+    entry = Path(image.xclbin).parent
+    record = json.loads((entry / "image.xclbin.json").read_text())
+    assert [k["rtp"] for k in record["kernels"]] == [["k"]]
+    mlir = (entry / "link0.mlir").read_text()
+    assert 'sym_name = "rtp_adder"' in mlir and "memref.load %rtp.adder" in mlir
+    assert "read_scratchpad_parameter" not in mlir
+
+
+def test_each_calls_stream_writes_its_value_into_the_runtime_parameter_word(tools, tmp_path):
+    """The npu backend's per-call stream of AddK (k bound per call) is an
+    instructions-only compile whose sequence writes that call's k."""
+    from iron.core.capture import Graph
+    from iron.dispatch import Runlist, plan_layout
+    from iron.dispatch.backends.npu import NpuBackend
+
+    toolchain, _ = tools(KEEPING_BODY.format(log=str(tmp_path / "calls.log")))
+    g = Graph("bound")
+    y = g(AddK(SIZE), g.input("x", (SIZE,), "int32"), k=g.scalar("pos"))
+    runlist = Runlist.from_graph(g, inputs=["x"], outputs=[y.name], device=NPU1)
+    layout, _, _ = plan_layout(runlist)
+    image = ToolchainSim(toolchain).compile(runlist, layout, mode="separate")
+
+    class ToolchainNpu(NpuBackend):
+        def toolchain(self):
+            return toolchain
+
+    instructions = ToolchainNpu(Session())._streams(image)
+    for k in (5, -2):
+        instructions(0, {"k": k}, {})
+    kept = sorted((tmp_path / "streams").iterdir(), key=lambda p: int(p.stem))
+    texts = [p.read_text() for p in kept]
+    assert len(texts) == 2
+    for k, text in zip((5, -2), texts):
+        assert f"%rtp.adder.0 = arith.constant {k} : i32" in text
+        assert "aiex.npu.rtp_write(@rtp_adder, 0, %rtp.adder.0) : i32" in text
+
+
+def test_a_runtime_shaped_step_at_n_values_is_one_link_and_n_streams(tools):
+    """FLMGemm at three M in one image: its designs share a configuration,
+    so one xclbin kernel (named by the configuration, its instance name
+    under xclbinutil's 64 characters) and one link serve them, with an
+    instructions-only compile per M."""
+    toolchain, log = tools(XCLBIN_BODY)
+    ms = (256, 512, 768)
+    runlist, layout = _gemms(ms)
+    image = ToolchainSim(toolchain).compile(runlist, layout, mode="separate")
+    assert len({s.digest for p in image.programs for s in p.steps}) == len(ms)  # a design per M
+    links = [c for c in calls(log, "aiecc") if "--get-xclbin" in c]
+    streams = [c for c in calls(log, "aiecc") if "--get-npu-insts" in c]
+    assert (len(links), len(streams)) == (1, len(ms))
+    (named,) = ({a.split("=")[0]: a.split("=", 1)[1] for a in c if "=" in a} for c in links)
+    assert named["--xclbin-kernel-name"].startswith("FLMGemm_")
+    assert len(named["--xclbin-instance-name"]) < 64
+    assert Path(image.xclbin).read_text().split() == [named["--xclbin-kernel-name"]]
+    assert [Path(e).name for e in image.elves] == [f"program{i}.insts.bin" for i in range(len(ms))]
+    # each stream writes its own M's words into the cores' buffers
+    entry = Path(image.xclbin).parent
+    modules = [(entry / f"program{i}.mlir").read_text() for i in range(len(ms))]
+    assert all(f"aie.device(npu2) @{named['--xclbin-kernel-name']}" in m for m in modules)
+    assert len(set(modules)) == len(ms) and all("aiex.npu.rtp_write(" in m for m in modules)
+
+
+def _gemms(ms, fields=None):
+    """A graph of FLMGemm steps at (K, N) = (512, 1024), one per M of `ms`
+    (step i with `fields[i]` besides)."""
+    from iron.core import bf16
+    from iron.core.capture import Graph
+    from iron.dispatch import Runlist, plan_layout
+    from iron.ops.flm.gemm import FLMGemm
+
+    npu2, K, N = Device.from_name("npu2"), 512, 1024
+    packed = FLMGemm(M=256, K=K, N=N).resolve(npu2).pack_b(np.ones((K, N), np.float32))
+    g = Graph("sweep")
+    b = g.weight("b", packed)
+    outs = [
+        g(FLMGemm(M=m, K=K, N=N, **(fields or {}).get(i, {})), g.input(f"a{i}", (m, K), bf16), b)
+        for i, m in enumerate(ms)
+    ]
+    inputs = [f"a{i}" for i in range(len(ms))]
+    runlist = Runlist.from_graph(g, inputs=inputs, outputs=[o.name for o in outs], device=npu2)
+    layout, _, _ = plan_layout(runlist)
+    return runlist, layout
+
+
+def test_an_operator_naming_two_configurations_alike_is_refused_at_link(tools, monkeypatch):
+    from iron.ops.flm.gemm import FLMGemm
+
+    toolchain, log = tools(XCLBIN_BODY)
+    monkeypatch.setattr(FLMGemm, "configuration", lambda self: "one name for every image")
+    runlist, layout = _gemms((256, 256), {1: {"tile_n": 64}})
+    with pytest.raises(ValueError, match="makes another configuration; one xclbin kernel is one"):
         ToolchainSim(toolchain).compile(runlist, layout, mode="separate")
     assert [c for c in calls(log, "aiecc") if "--get-xclbin" in c] == []
 

@@ -420,15 +420,17 @@ def test_a_new_m_on_the_xclbin_plan_is_one_new_instruction_stream(tmp_path):
         assert len(streams._instructions) == 2
 
 
-def test_an_xclbin_stream_folds_the_calls_values_and_links_refuse_core_read_words(tmp_path):
+def test_an_xclbin_stream_folds_the_calls_values_and_links_read_core_words_as_rtps(tmp_path):
     """A runtime-shaped step's simulated stream carries the call's values
     (the device takes its sequence at them from `Library.stream`); its
-    xclbin link takes the derived words as per call, so FLMGemm's, which
-    its cores read, are refused until runtime-parameter buffers are emitted."""
+    xclbin link takes the derived words as per call: ChunkCopy's offsets
+    only its stream carries, FLMGemm's, which its cores read, are words of
+    each core's runtime-parameter buffer that the stream writes."""
     import json
 
+    from iron.dispatch.fusion import xclbin_mlir
+    from iron.dispatch.packaging import rtp_params
     from iron.dispatch.pipeline import link_constants
-    from iron.dispatch.program import FusionError
     from iron.dispatch.sim_xrt import stream
 
     op = ChunkCopy(chunk=256, max_chunks=16)
@@ -440,9 +442,69 @@ def test_an_xclbin_stream_folds_the_calls_values_and_links_refuse_core_read_word
         text = words.view(np.uint8).tobytes().rstrip(b"\0").decode()
         folded = Program.from_json(json.loads(text)["program"])
         assert folded.steps[0].values == (("n", -1, 5),) and folded.words == ()
-        assert link_constants(version.image.designs[program.steps[0].digest], program) == {}
+        design = version.image.designs[program.steps[0].digest]
+        assert link_constants(design, program) == {}
+        assert rtp_params(design, program.steps[0]) == frozenset()
 
         gemm = projection(session, 512, 1024).compile(a=((256, 512), bf16))
         program = gemm.image.programs[0]
-        with pytest.raises(FusionError, match=r"parameter clamp_hi of FLMGemm_\w+ is a per-call"):
-            link_constants(gemm.image.designs[program.steps[0].digest], program)
+        step = program.steps[0]
+        design = gemm.image.designs[step.digest]
+        constants = link_constants(design, program)
+        assert constants == dict.fromkeys(design.params, 0)  # every word comes per call
+        rtp = rtp_params(design, step)
+        assert rtp == set(design.params)  # FLMGemm's cores read every one
+        link = xclbin_mlir(design, step.device, constants, rtp)
+        workers = len(design.workers)
+        assert link.count('sym_name = "rtp_') == workers
+        assert link.count("aiex.set_lock(%rtp_lock.") == workers
+        assert "scratchpad" not in link
+        # a core reads k_iters, epilogue, the clamp, its slabs and units, and
+        # its column's work, idle and zero-chunk counts: eleven words,
+        # written before any task
+        assert link.count("aiex.npu.rtp_write(") == 11 * workers
+        assert link.index("aiex.npu.rtp_write(") < link.index("aiex.dma_configure_task_for")
+
+
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+def test_flm_gemm_on_a_sim_xclbin_runs_its_words_as_runtime_parameters(device, tmp_path):
+    """On either device's xclbin plan the simulated XRT runs FLMGemm in the
+    xclbin's form: each core reads its words from its runtime-parameter
+    buffer, which the stream writes before releasing it; the output is the
+    reference's within the operator's tolerance, and the summary says how
+    the words reach the cores."""
+    from iron.design import check
+    from iron.design.lower import WriteRtp
+
+    npu = Device.from_name(device)
+    K, N = 512, 1024
+    gemm = FLMGemm(M=256, K=K, N=N, b_format="bf16")  # npu1 has no block floats
+    b = np.random.default_rng(3).standard_normal((K, N)).astype(np.float32)
+    packed = gemm.resolve(npu).pack_b(b)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend="sim", device=device, session=session)
+        def project(g, a):
+            return g(gemm, a, g.weight("b", packed))
+
+        a = np.random.default_rng(4).standard_normal((256, K)).astype(bf16)
+        got = project(a)
+        (version,) = project.versions.values()
+        assert version.plan.image == "xclbin"
+        at = gemm.resolve(npu)
+        want = at.reference(a, packed)
+        verdict = compare(got, want, at.tolerance(npu, inputs=(a, packed)))
+        assert verdict.passed, verdict.detail
+        simulators = list(session.library._streamed.values())
+        assert simulators  # the step ran a stream
+        for simulator in simulators:
+            config = simulator.lowered.configuration
+            assert {b.worker for b in config.rtps} == {w.name for w in simulator.design.workers}
+            writes = [op for op in simulator.lowered.runtime.ops if isinstance(op, WriteRtp)]
+            assert len(writes) == 11 * len(config.rtps)  # eleven words a core reads
+            # the buffers and their locks fit beside what the cores hold
+            design = simulator.design
+            assert check(design, rtp=frozenset(design.params)).ok
+        said = project.summary()
+        assert "(FLMGemm).k_iters, " in said
+        assert "a runtime-parameter write by the step's sequence" in said

@@ -142,12 +142,12 @@ def test_rope_pairs_each_angle_row_with_the_rows_it_serves():
     "op, device, symbols",
     [
         (RMSNorm(size=1024, tile_size=256), "npu1",
-         [("iron_rms_norm_bf16", "kernels/aie2/norm.cc", 3)]),
+         [("iron_rms_norm_bf16", "kernels/norm.cc", 3)]),
         (RMSNorm(size=4096, tile_size=2048, weighted=True), "npu2",
          [("rms_norm", "aie2p/rms_norm.cc", 3),
           ("iron_mul_bf16", "kernels/eltwise.cc", 4)]),
         (LayerNorm(rows=4, cols=256), "npu1",
-         [("iron_layer_norm_bf16", "kernels/aie2/norm.cc", 3)]),
+         [("iron_layer_norm_bf16", "kernels/norm.cc", 3)]),
         (LayerNorm(rows=4, cols=256), "npu2", [("layer_norm", "aie2p/layer_norm.cc", 3)]),
         (Softmax(rows=4, cols=64), "npu1",
          [("iron_mask_tail_bf16", "kernels/rows.cc", 3), ("softmax_bf16", "aie2/softmax.cc", 3)]),
@@ -283,10 +283,26 @@ def test_a_changed_kernel_call_changes_the_output(cls):
 # ---- what the kernels cannot do, refused by name ---------------------------------------------
 
 
-def test_a_design_refuses_an_eps_its_kernel_was_not_built_with():
-    op = RMSNorm(size=1024, tile_size=256, eps=1e-6).resolve(Device.from_name("npu1"))
-    with pytest.raises(OperatorError, match=r"RMSNorm: eps=1e-06: 1e-05 \(the rms_norm kernels"):
-        design_of(op)
+@pytest.mark.parametrize("device", ["npu1", "npu2"])
+@pytest.mark.parametrize("cls, params", [(RMSNorm, {"size": 1024, "tile_size": 256}),
+                                         (LayerNorm, {"rows": 4, "cols": 256})])  # fmt: skip
+def test_another_eps_links_our_norm_compiled_for_it(cls, params, device):
+    """Gemma's 1e-6: our kernel's object built with that eps (mlir-aie's
+    norms compile in 1e-5) on both generations, and the simulated design
+    follows it: rows of tiny values, where eps is most of the mean square,
+    come out within tolerance of the float64 formula at 1e-6 and far from
+    the design at 1e-5."""
+    op = cls(**params, eps=1e-6).resolve(Device.from_name(device))
+    design = design_of(op)
+    (norm,) = [k for k in design.kernels if "norm" in k.symbol]
+    assert norm.symbol.startswith("iron_") and norm.source.file == "kernels/norm.cc"
+    assert norm.source.defines == ("IRON_NORM_EPS=1e-06f",)
+    given = {"x": (np.random.default_rng(3).standard_normal(op.arg_specs()[0].shape) * 1e-3)
+             .astype(bf16)}  # fmt: skip
+    got = run_design(op, given, design)
+    assert compare(got, float64_formula(op, given), op.tolerance())
+    at_default = run_design(op, given, design_of(attrs.evolve(op, eps=1e-5)))
+    assert not compare(at_default, got, op.tolerance())
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter, defaultdict
+from collections.abc import Collection
 
 import attrs
 
@@ -161,8 +162,10 @@ class Report:
         return "\n".join(lines + [f"  {v}" for v in self.violations])
 
 
-def check(design: Design) -> Report:
-    """Measure `design` (placed first) against every limit of its device."""
+def check(design: Design, *, rtp: Collection[str] = ()) -> Report:
+    """Measure `design` (placed first) against every limit of its device;
+    lowered with `rtp` as runtime-parameter words (`iron.design.lower`),
+    as an xclbin holds it, their buffers and locks count too."""
     require_design("check", design)
     name = design.name
     try:
@@ -172,7 +175,7 @@ def check(design: Design) -> Report:
             name, None, "", "workers", len(design.workers), design.device.cores, detail=str(error)
         )
         return Report(name, (found,))
-    lowered = lower(design)
+    lowered = lower(design, rtp=rtp)
     violations = list(_placement(design))
     rules = [_fifos, _links, _workers, _transfers, _reorders, _block_float, _sequence, _barriers]
     if not violations:
@@ -182,9 +185,9 @@ def check(design: Design) -> Report:
     return Report(name, tuple(violations))
 
 
-def validate(design: Design) -> None:
+def validate(design: Design, *, rtp: Collection[str] = ()) -> None:
     """Raise `DesignError` listing every violation, if `design` has any."""
-    report = check(design)
+    report = check(design, rtp=rtp)
     if not report.ok:
         raise DesignError(str(report))
 

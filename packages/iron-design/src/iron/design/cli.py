@@ -24,7 +24,7 @@ from iron.core.device import Device
 from iron.core.tolerance import compare
 from iron.design.check import check
 from iron.design.examples import EXAMPLES
-from iron.design.lower import Await, Free, Lowered, SetLocks, Start, lower
+from iron.design.lower import Await, Free, Lowered, SetLocks, Start, WriteRtp, lower
 from iron.design.model import Design, element_type
 from iron.design.operators import catalog_designs, design_of
 from iron.design.pictures import design_svg
@@ -364,9 +364,11 @@ def lowered_text(lowered: Lowered) -> str:
         rows.append([channel.label, channel.fifo, channel.end, driven])
     lines += [table(rows, ["channel", "fifo", "end", "BD chain"]), ""]
     rows = [
-        [core.worker, str(core.tile), f"{core.stack} B", _ops_text(core.body)]
+        [core.worker, str(core.tile), f"{core.stack} B",
+         ("" if core.rtp is None else f"wait for {config.rtps[core.rtp].symbol}; ")
+         + _ops_text(core.body)]
         for core in config.cores
-    ]
+    ]  # fmt: skip
     if rows:
         lines += [table(rows, ["core", "tile", "stack", "program (held before each op)"]), ""]
     lines += ["runtime sequence", ""]
@@ -387,6 +389,9 @@ def lowered_text(lowered: Lowered) -> str:
         elif isinstance(op, SetLocks):
             owners = ", ".join(str(config.locks[i]) for i in op.locks)
             rows.append(["set lock", f"{owners} to {op.value}", "", "", ""])
+        elif isinstance(op, WriteRtp):
+            into = f"{op.param} into word {op.index} of {config.rtps[op.buffer].symbol}"
+            rows.append(["rtp write", into, "", "", ""])
     lines.append(table(rows, ["op", "task", "channel / why", "BD ids", "queued"]))
     return "\n".join(lines)
 

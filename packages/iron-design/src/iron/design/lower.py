@@ -51,6 +51,25 @@ AIEObjectFifoStatefulTransform.cpp, cited below by function) makes each part:
   `getMaxChannelNumForAdjacentMemTile`), in IR order, producer before
   consumers. A memtile channel's BDs come from its bank: 0..23 for even
   channels, 24..47 for odd ones (`isBdChannelAccessible`).
+- Runtime parameters on an xclbin (`lower(design, rtp=names)`): XRT gives a
+  run no parameter scratchpad there, so each named parameter a core reads
+  is a word of that core's runtime-parameter buffer instead, as mlir-aie's
+  IRON makes one (python/iron/buffer.py `Buffer(use_write_rtp=True)`: an
+  ``aie.buffer`` with a symbol on the worker's tile). The sequence writes
+  the call's words first (``aiex.npu.rtp_write``, include/aie/Dialect/AIEX/
+  IR/AIEX.td; a ``npu.write32`` at the buffer's address, lib/Dialect/AIEX/
+  Transforms/AIEDmaToNpu.cpp `RtpToWrite32Pattern`), then sets one barrier
+  lock per reading core to 1 (``aiex.set_lock``, as python/iron/worker.py
+  `WorkerRuntimeBarrier.set` lowers). The core waits for its lock to be 1
+  once, before its loop (``aie.use_lock(Acquire, 1)``, which blocks until
+  the lock is 1 and leaves it so: AIEOps.td `UseLockOp`), and reads a word
+  where it uses the parameter: the preamble mlir-aie's own scratchpad
+  lowering gives each reading core (lib/Dialect/AIEX/Transforms/
+  AIELowerScratchpadParameters.cpp `emitCorePreambles`, `lowerReadParameters`:
+  a lock at 0, an acquire of 1 at the top of the core, a set to 1 after the
+  writes, a ``memref.load`` per read). A later call's words are written
+  before its fills, so a core reads them once that call's data reaches it.
+  The buffer and the lock count in the tile's memory and locks.
 - BD chains (`createAIETileDMA`, `createMemTileDMA`): one BD per buffer (per
   lane on a split's or join's own channel), each repeated `repeat_count` times
   unless the pool has one buffer, when the channel's hardware repeat replays
@@ -64,6 +83,7 @@ import hashlib
 import itertools
 import math
 from collections import defaultdict
+from collections.abc import Collection
 
 import attrs
 
@@ -71,6 +91,7 @@ from iron.design.model import (
     TAP,
     Acquire,
     Design,
+    DesignError,
     Drain,
     Endpoint,
     Fill,
@@ -242,6 +263,26 @@ class CoreOp:
 
 
 @attrs.frozen
+class RtpBuffer:
+    """A core's runtime-parameter buffer: word i holds parameter
+    `params[i]` for the call; the runtime releases the core to read them
+    through the barrier lock `lock` (into `Configuration.locks`)."""
+
+    worker: str
+    tile: Tile
+    params: tuple[str, ...]
+    lock: int
+
+    @property
+    def symbol(self) -> str:
+        return f"rtp_{self.worker}"
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * len(self.params)  # an i32 word each
+
+
+@attrs.frozen
 class Core:
     worker: str
     tile: Tile
@@ -251,6 +292,9 @@ class Core:
     barrier_locks: tuple[tuple[str, int], ...]  # barrier -> lock
     forever: bool
     body: tuple[CoreOp, ...]
+    #: its runtime-parameter buffer (into `Configuration.rtps`), if it has
+    #: one: the core waits for its lock before its loop, reads words at uses
+    rtp: int | None = attrs.field(default=None, metadata={"omitted_at_default": True})
 
     def end(self, fifo: str) -> End:
         return next(e for e in self.ends if e.fifo == fifo)
@@ -299,6 +343,8 @@ class Configuration:
     kernels: tuple[Kernel, ...]
     params: tuple[str, ...]
     fifo_depths: tuple[tuple[str, int | tuple[int, ...]], ...]  # as emitted
+    #: the cores' runtime-parameter buffers (`lower(design, rtp=...)`)
+    rtps: tuple[RtpBuffer, ...] = attrs.field(default=(), metadata={"omitted_at_default": True})
 
     def digest(self) -> str:
         """Equal for two designs that make the same device image."""
@@ -393,7 +439,18 @@ class Start:
     task: int
 
 
-RuntimeOp = Start | Await | Free | SetLocks
+@attrs.frozen
+class WriteRtp:
+    """Write the call's value of parameter `param` into word `index` of
+    runtime-parameter buffer `buffer` (`aiex.npu.rtp_write`)."""
+
+    buffer: int  # into Configuration.rtps
+    index: int
+    param: str
+    at: int
+
+
+RuntimeOp = Start | Await | Free | SetLocks | WriteRtp
 
 
 @attrs.frozen
@@ -441,12 +498,31 @@ class Lowered:
 # ---- lowering ---------------------------------------------------------------------------
 
 
-def lower(design: Design) -> Lowered:
-    """The lowered form of `design` (placed first)."""
+def lower(design: Design, *, rtp: Collection[str] = ()) -> Lowered:
+    """The lowered form of `design` (placed first). `rtp` names the
+    parameters an xclbin carries as runtime-parameter words (per-call
+    values its cores read; see the module docstring); the others stay
+    scratchpad words or constants."""
     design = place(design)
-    builder = _Builder(design)
+    unknown = sorted(set(rtp) - set(design.params))
+    if unknown:
+        raise DesignError(
+            f"design {design.name}: runtime-parameter word {unknown[0]!r} is not one of its "
+            f"parameters (params: {', '.join(design.params) or 'none'})"
+        )
+    builder = _Builder(design, frozenset(rtp))
     configuration = builder.configuration()
     return Lowered(design, configuration, builder.runtime())
+
+
+def core_params(worker) -> tuple[str, ...]:
+    """The parameters `worker` reads (loop counts and kernel scalars), in
+    order of first use."""
+    read = []
+    for op in walk(worker.body):
+        args = [op.count] if isinstance(op, Loop) else list(getattr(op, "args", ()))
+        read += [a.name for a in args if isinstance(a, Param)]
+    return tuple(dict.fromkeys(read))
 
 
 def lower_stream(lowered: Lowered, design: Design) -> Lowered:
@@ -472,10 +548,11 @@ def lower_stream(lowered: Lowered, design: Design) -> Lowered:
     object.__setattr__(placed, "sequence", design.sequence)
     config = lowered.configuration
     builder = _Builder(placed)
-    builder.channels, builder.pools, builder.cores = (
+    builder.channels, builder.pools, builder.cores, builder.rtps = (
         list(config.channels),
         list(config.pools),
         config.cores,
+        list(config.rtps),
     )
     builder.pool_of_link = {p.link: i for i, p in enumerate(config.pools) if p.link is not None}
     return Lowered(placed, config, builder.runtime())
@@ -565,8 +642,11 @@ def max_acquire(worker, fifo: str) -> int:
 
 
 class _Builder:
-    def __init__(self, design: Design):
+    def __init__(self, design: Design, rtp: frozenset[str] = frozenset()):
         self.design = design
+        self.rtp = rtp
+        self.rtps: list[RtpBuffer] = []
+        self.rtp_of: dict[str, int] = {}  # worker -> its buffer
         self.device = design.device
         self.pools: list[Pool] = []
         self.locks: list[Lock] = []
@@ -617,6 +697,14 @@ class _Builder:
             self.memory[worker.tile] += [
                 MemoryItem("buffer", b.name, b.nbytes) for b in worker.buffers
             ]
+            words = tuple(p for p in core_params(worker) if p in self.rtp)
+            if words:
+                lock = self._lock(worker.tile, f"rtp_{worker.name}", "barrier", 0)
+                self.rtp_of[worker.name] = len(self.rtps)
+                self.rtps.append(RtpBuffer(worker.name, worker.tile, words, lock))
+                self.memory[worker.tile].append(
+                    MemoryItem("buffer", self.rtps[-1].symbol, self.rtps[-1].nbytes)
+                )
         self._link_pools()
         self._fifo_pools()
         self._channels()
@@ -647,6 +735,7 @@ class _Builder:
             design.kernels,
             design.params,
             tuple((f.name, emitted_depth(f)) for f in design.fifos if f.name not in self.legs),
+            tuple(self.rtps),
         )
 
     def _link_pools(self) -> None:
@@ -916,7 +1005,7 @@ class _Builder:
         body = _HeldAnalysis(worker).lowered()
         return Core(
             worker.name, worker.tile, stack, worker.buffers, tuple(ends), locks,
-            worker.forever, body,
+            worker.forever, body, self.rtp_of.get(worker.name),
         )  # fmt: skip
 
     # ---- the runtime sequence
@@ -1051,6 +1140,11 @@ class _Sequence:
         self.misorders: list[TokenMisorder] = []
 
     def lower(self) -> Runtime:
+        rtps = self.builder.rtps
+        for number, buffer in enumerate(rtps):  # the call's words, before anything runs
+            self.ops += [WriteRtp(number, i, p, 0) for i, p in enumerate(buffer.params)]
+        if rtps:
+            self.ops.append(SetLocks(tuple(b.lock for b in rtps), 1, 0))
         for index, statement in enumerate(self.design.sequence):
             if isinstance(statement, (Fill, Drain)):
                 self._task(index, statement)

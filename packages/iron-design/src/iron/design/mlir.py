@@ -55,6 +55,15 @@ Choices, each as current mlir-aie makes it:
   ``aie.use_lock(Acquire, value)``, releases with ``aie.use_lock(Release,
   value)`` (`release_with_value`), and the runtime sets every lock with
   ``aiex.set_lock``, as IRON lowers ``WorkerRuntimeBarrier``.
+- On an xclbin (`device_block(..., rtp=names)`) the named parameters a
+  core reads are words of its runtime-parameter buffer (`iron.design.lower`
+  says why): ``aie.buffer`` ``@rtp_<worker>`` of i32 words and a lock at
+  0 on the core's tile; the core waits for the lock once, before its
+  loop (``aie.use_lock(Acquire, 1)``), and loads a word (``memref.load``)
+  where it would read the scratchpad; the sequence begins with one
+  ``aiex.npu.rtp_write`` per word, each of a constant (the call's value,
+  as its instructions-only compile bakes it in), then ``aiex.set_lock`` of
+  every such lock to 1.
 - Kernels are private ``func.func`` declarations with ``link_with`` naming
   their object; kernels built from one source with one set of flags share
   one object (`kernel_objects`).
@@ -70,7 +79,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import attrs
 
@@ -83,6 +92,7 @@ from iron.design.lower import (
     SetLocks,
     Start,
     Task,
+    WriteRtp,
     endpoint_tile,
     lower,
 )
@@ -149,15 +159,19 @@ def device_block(
     params: Mapping[str, str | int] | None = None,
     objects: Mapping[str, str] | None = None,
     load_pdi: bool = True,
+    rtp: Collection[str] = (),
 ) -> DeviceBlock:
     """`design`'s device block named `symbol`. `params` binds each design
     parameter to the scratchpad symbol it reads (a str) or to a constant (an
     int, folded in where the parameter is used); by default each reads its
     own symbol. `objects` renames the kernel objects it links. With
     `load_pdi` the sequence loads the block's own PDI and then syncs the
-    scratchpad (a standalone full ELF); without, the program around it does."""
+    scratchpad (a standalone full ELF); without, the program around it does.
+    `rtp` names the parameters that are runtime-parameter words (an
+    xclbin's per-call values its cores read): the sequence writes each one's
+    constant from `params`."""
     require_design("place", design)
-    lowered = lower(design)
+    lowered = lower(design, rtp=rtp)
     return _Printer(lowered, symbol, params, objects, load_pdi).block()
 
 
@@ -172,7 +186,7 @@ def kernel_objects(design: Design) -> dict[Kernel, str]:
 # ---- names --------------------------------------------------------------------
 
 
-def _check_names(design: Design, pool_symbols=()) -> None:
+def _check_names(design: Design, pool_symbols=(), rtp_symbols=()) -> None:
     named = [("fifo", f.name) for f in design.fifos]
     named += [("programmed link", k.name) for k in design.links if k.programmed]
     named += [("kernel", k.symbol) for k in design.kernels]
@@ -199,6 +213,7 @@ def _check_names(design: Design, pool_symbols=()) -> None:
         for owner_symbol in pool_symbols
         if owner_symbol[1] not in {f.name for f in design.fifos}
     ]
+    device += [(f"worker {worker}'s runtime parameters", symbol) for worker, symbol in rtp_symbols]
     device.append(("the runtime sequence", SEQUENCE_SYMBOL))
     module = [(f"parameter {p}", p) for p in design.params] + [("the device", DEVICE_SYMBOL)]
     for symbols in (device, module):
@@ -330,6 +345,8 @@ class _Printer:
             for barrier, lock in core.barrier_locks
         }
         self.lock_values |= self.pools.lock_values()
+        rtps = lowered.configuration.rtps
+        self.lock_values |= {b.lock: f"%rtp_lock.{b.worker}" for b in rtps}
 
     def read_param(self, value: str, name: str) -> str:
         """The line that gives SSA `value` parameter `name`'s word."""
@@ -340,7 +357,8 @@ class _Printer:
 
     def block(self) -> DeviceBlock:
         design = self.design
-        _check_names(design, self.pools.symbols())
+        rtps = self.lowered.configuration.rtps
+        _check_names(design, self.pools.symbols(), [(b.worker, b.symbol) for b in rtps])
         body = [f"{tile_value(t)} = aie.tile({t.col}, {t.row})" for t in _emitted_tiles(design)]
         body += [self._objectfifo(f) for f in design.fifos if not self.pools.skips(f.name)]
         body += [self._link(k) for k in design.links if not k.programmed]
@@ -358,6 +376,12 @@ class _Printer:
             f"{value} = aie.lock({tile_value(tile)}) {{init = 0 : i32}}"
             for (_, tile), value in self.barrier_locks.items()
         ]
+        for b in rtps:
+            body += [
+                f'%rtp.{b.worker} = aie.buffer({tile_value(b.tile)}) {{sym_name = "{b.symbol}"}} '
+                f": memref<{len(b.params)}xi32>",
+                f"%rtp_lock.{b.worker} = aie.lock({tile_value(b.tile)}) {{init = 0 : i32}}",
+            ]
         for core in self.lowered.configuration.cores:
             body += _Core(self, core).lines()
         sequence, types = self._sequence()
@@ -476,12 +500,29 @@ class _Printer:
                 body += [
                     f"aiex.set_lock({self.lock_values[lock]}, {op.value})" for lock in op.locks
                 ]
+            elif isinstance(op, WriteRtp):
+                body += self._rtp_write(op)
         lines = [
             f"aie.runtime_sequence @{SEQUENCE_SYMBOL}({signature}) {{",
             *("  " + line for line in body),
             "}",
         ]
         return lines, types
+
+    def _rtp_write(self, op: WriteRtp) -> list[str]:
+        """One word of a runtime-parameter buffer, the call's constant."""
+        buffer = self.lowered.configuration.rtps[op.buffer]
+        bound = self.params[op.param]
+        if not isinstance(bound, int):
+            raise DesignError(
+                f"design {self.design.name}: parameter {op.param} is a runtime-parameter word, "
+                f"which the sequence writes as this call's constant, not scratchpad @{bound}"
+            )
+        value = f"%rtp.{buffer.worker}.{op.index}"
+        return [
+            f"{value} = arith.constant {bound} : i32",
+            f"aiex.npu.rtp_write(@{buffer.symbol}, {op.index}, {value}) : i32",
+        ]
 
     def _task(self, task: Task, argument: str, types) -> list[str]:
         """One shim DMA task: its pattern padded to 4 dimensions, the highest
@@ -536,6 +577,10 @@ class _Core:
             for end in core.ends
             if end.programmed
         ]
+        if core.rtp is not None:  # the runtime's set of its words, once
+            body.append(
+                f"aie.use_lock(%rtp_lock.{core.worker}, Acquire, {self._constant(1, 'i32')})"
+            )
         body += self._loop(bound, core.body, {}, depth=0)
         return [
             f"%core_{tile.col}_{tile.row} = aie.core({tile_value(tile)}) {{",
@@ -562,11 +607,9 @@ class _Core:
     def _loop(self, count, body: tuple[CoreOp, ...], subviews: dict, depth: int) -> list[str]:
         lines, start, step = [], self._index(0), self._index(1)
         if isinstance(count, Param):
-            word, bound = self._value(), self._value()
-            lines += [
-                self.printer.read_param(word, count.name),
-                f"{bound} = arith.index_cast {word} : i32 to index",
-            ]
+            word = self._param(count.name, lines)
+            bound = self._value()
+            lines.append(f"{bound} = arith.index_cast {word} : i32 to index")
         else:
             bound = self._index(count)
         lines.append(f"scf.for %i{depth} = {start} to {bound} step {step} {{")
@@ -601,6 +644,22 @@ class _Core:
         if isinstance(op, Loop):
             return self._loop(op.count, lowered.body, subviews, depth)
         raise DesignError(f"{self.where}: cannot emit {op!r}")
+
+    def _param(self, name: str, lines: list) -> str:
+        """The SSA value of parameter `name` where the core uses it, its
+        read added to `lines`: a word of its runtime-parameter buffer, a
+        scratchpad read, or a constant."""
+        value = self._value()
+        rtps = self.printer.lowered.configuration.rtps
+        if self.core.rtp is not None and name in rtps[self.core.rtp].params:
+            buffer = rtps[self.core.rtp]
+            lines.append(
+                f"{value} = memref.load %rtp.{buffer.worker}"
+                f"[{self._index(buffer.params.index(name))}] : memref<{len(buffer.params)}xi32>"
+            )
+        else:
+            lines.append(self.printer.read_param(value, name))
+        return value
 
     def _pool_lock(self, op, held: int) -> list[str]:
         """An acquire takes only the objects not yet held (cumulative, as
@@ -667,9 +726,7 @@ class _Core:
                 )
                 operands.append(self._reshaped(value, shape, dtype, param, lines, what))
             elif isinstance(arg, Param):
-                value = self._value()
-                lines.append(self.printer.read_param(value, arg.name))
-                operands.append(value)
+                operands.append(self._param(arg.name, lines))
             else:
                 type_ = _scalar_type(param.dtype)
                 operands.append(self._constant(_signless(arg, param.dtype), type_))

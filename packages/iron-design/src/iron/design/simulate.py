@@ -23,7 +23,10 @@ model on writable views of the held objects (shaped as the fifo's object),
 the worker's `LocalBuffer` arrays (kept across iterations), and ints for
 scalars and parameters. `WaitBarrier` waits until the worker's lock of the
 barrier holds its value (an acquire-equal, as mlir-aie lowers
-`wait_for_value`); `ReleaseBarrier` adds to it. A `forever` worker repeats
+`wait_for_value`); `ReleaseBarrier` adds to it. A core with a
+runtime-parameter buffer (`lower(design, rtp=...)`) first waits for its
+buffer's lock to be 1, and reads such a parameter from its word where it
+uses it (uncleared memory where the sequence wrote none). A `forever` worker repeats
 its body; one whose iteration took no lock can only repeat it, so it parks.
 
 DMA channels run their lowered BD chains, round and round (or `iterations`
@@ -42,7 +45,8 @@ its slowest consumer. Nothing is buffered between BDs.
 The runtime sequence runs the lowered ops in order: a start queues a task or
 push on its channel; an await waits for the channel's next completion token
 (tokens come in push order, one per finished task that issues one); a set
-sets locks. Scheduling is round robin over the sequence, the streams and the
+sets locks; an RTP write puts the call's value of a parameter into a word
+of a core's runtime-parameter buffer. Scheduling is round robin over the sequence, the streams and the
 workers, each moving as far as it can, until nothing moves.
 
 The run has finished when the sequence has run every op, every task and
@@ -93,6 +97,7 @@ from iron.design.lower import (
     SetLocks,
     Start,
     Task,
+    WriteRtp,
     lower,
     transfer_unit,
 )
@@ -264,7 +269,7 @@ class Simulator:
         require_design("Simulator", design)
         self.lowered = lowered if lowered is not None else lower(design)
         self.design = self.lowered.design  # placed
-        self.steering = _steering_params(self.design)
+        self.steering = _steering_params(self.lowered)
         self._replays: collections.OrderedDict[tuple[int, ...], _Replay] = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -295,17 +300,32 @@ class Simulator:
         return result, _Replay(machine) if machine.events is not None else None
 
 
-def _steering_params(design: Design) -> tuple[str, ...]:
+def _steering_params(lowered: Lowered) -> tuple[str, ...]:
     """The parameters the machine's course depends on: loop counts and task
-    offsets (a parameter only passed to kernels steers nothing)."""
+    offsets (a parameter only passed to kernels steers nothing); a count
+    read from a runtime-parameter word is the parameter the sequence writes
+    there."""
+    design, config = lowered.design, lowered.configuration
     names = {s.offset_param for s in design.sequence if getattr(s, "offset_param", None)}
-    for worker in design.workers:
-        names |= {
-            op.count.name
-            for op in walk(worker.body)
-            if isinstance(op, Loop) and isinstance(op.count, Param)
-        }
+    written = _rtp_writes(lowered)
+    for core in config.cores:
+        words = config.rtps[core.rtp].params if core.rtp is not None else ()
+        for op in walk(design.worker(core.worker).body):
+            if isinstance(op, Loop) and isinstance(op.count, Param):
+                name = op.count.name
+                if name in words:
+                    name = written.get((core.rtp, words.index(name)))
+                if name is not None:
+                    names.add(name)
     return tuple(sorted(names))
+
+
+def _rtp_writes(lowered: Lowered) -> dict[tuple[int, int], str]:
+    """(runtime-parameter buffer, word) -> the parameter the sequence writes
+    there last."""
+    return {
+        (op.buffer, op.index): op.param for op in lowered.runtime.ops if isinstance(op, WriteRtp)
+    }
 
 
 def _arrays(design: Design, given: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -867,6 +887,10 @@ class WorkerRun:
             self.buffer_refs[name] = len(machine.buffers)
             machine.buffers.append(array.reshape(-1))
         self.barriers = {b: machine.locks[lock] for b, lock in core.barrier_locks}
+        #: the parameters it reads from its runtime-parameter buffer
+        self.rtp = None if core.rtp is None else machine.lowered.configuration.rtps[core.rtp]
+        if self.rtp is not None:
+            self.barriers[self.rtp.symbol] = machine.locks[self.rtp.lock]
         self.calls = [op for op in _walk(core.body) if isinstance(op.op, Call)]
         self.iteration = 0
         self.took = False  # took a lock this iteration
@@ -904,6 +928,10 @@ class WorkerRun:
         return self.parked or (self.worker.forever and not self.acted)
 
     def _run(self):
+        if self.rtp is not None:  # the runtime has written its words
+            lock = self.machine.locks[self.rtp.lock]
+            while not self._ready(lock, 1, True):
+                yield lock, 1, True
         while True:
             self.iteration += 1
             self.took = self.acted = False
@@ -935,7 +963,7 @@ class WorkerRun:
             elif isinstance(op, Loop):
                 count = op.count
                 if isinstance(count, Param):
-                    count = self.machine.params[count.name]
+                    count = self._param(count.name)
                 for _ in range(count):
                     yield from self._body(lowered.body)
             elif isinstance(op, WaitBarrier):
@@ -944,6 +972,20 @@ class WorkerRun:
                     yield lock, op.value, True
             elif isinstance(op, ReleaseBarrier):
                 self.machine.release(self.barriers[op.barrier], op.value, self._where)
+
+    def _param(self, name: str) -> int:
+        """Parameter `name` as this worker reads it now: a word of its
+        buffer, or the run's parameter."""
+        if self.rtp is not None and name in self.rtp.params:
+            return int(self.machine.rtp_words[self.core.rtp][self.rtp.params.index(name)])
+        return self.machine.params[name]
+
+    def _source(self, name: str) -> str | None:
+        """The run's parameter whose value this worker reads as `name` now
+        (None: an RTP word the sequence never wrote)."""
+        if self.rtp is not None and name in self.rtp.params:
+            return self.machine.rtp_sources.get((self.core.rtp, self.rtp.params.index(name)))
+        return name
 
     def _where(self, iteration: int | None = None) -> str:
         iteration = self.iteration if iteration is None else iteration
@@ -973,7 +1015,11 @@ class WorkerRun:
             raise self.kernel_error(lowered, self.iteration, error) from error
         events = self.machine.events
         if events is not None:
-            params = tuple((i, a.name) for i, a in enumerate(call.args) if isinstance(a, Param))
+            params = tuple(
+                (i, source)
+                for i, a in enumerate(call.args)
+                if isinstance(a, Param) and (source := self._source(a.name)) is not None
+            )
             refs = tuple(self._ref(arg) for arg in call.args)
             events.append((CALL, model, args, params, self, lowered, self.iteration, refs))
         self.acted = True
@@ -1011,7 +1057,7 @@ class WorkerRun:
         if isinstance(arg, Buf):
             return self.buffers[arg.name]
         if isinstance(arg, Param):
-            return self.machine.params[arg.name]
+            return self._param(arg.name)
         return int(arg)
 
     def blocked(self) -> Blocked:
@@ -1074,6 +1120,9 @@ class SequenceRun:
             elif isinstance(op, SetLocks):
                 for lock in op.locks:
                     machine.locks[lock].value = op.value
+            elif isinstance(op, WriteRtp):
+                machine.rtp_words[op.buffer][op.index] = machine.params[op.param]
+                machine.rtp_sources[op.buffer, op.index] = op.param
             self.pc += 1
             moved = True
         return moved
@@ -1122,6 +1171,9 @@ class _Machine:
             Stream(self, s.fifo, self.channels[s.source], [self.channels[i] for i in s.sinks])
             for s in config.streams
         ]
+        #: the cores' runtime-parameter buffers, uncleared until the sequence writes them
+        self.rtp_words = [np.full(len(b.params), 0x5A5A5A5A, np.int32) for b in config.rtps]
+        self.rtp_sources: dict[tuple[int, int], str] = {}
         self.workers = [WorkerRun(self, core, self._ports(core)) for core in config.cores]
         self.channel_of = {
             t.index: self.channels[t.channel]

@@ -25,7 +25,7 @@ The blocks come as structured values; nothing here reads or edits MLIR text.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from iron.design import Design
 from iron.design.mlir import DeviceBlock, device_block, kernel_objects
@@ -159,17 +159,23 @@ def program_mlir(program: Program, designs: dict[str, Design]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def xclbin_mlir(design: Design, name: str, constants: Mapping[str, int]) -> str:
+def xclbin_mlir(
+    design: Design, name: str, constants: Mapping[str, int], rtp: Collection[str] = ()
+) -> str:
     """A module of one device block, `name`, for an xclbin: the link that
     adds its configuration to the chain, or (with this call's `constants`
     for its parameters) the instructions-only compile of its stream. No
     scratchpad (an xclbin has none) and no PDI load of its own: the
-    hardware context loads the xclbin's."""
+    hardware context loads the xclbin's. The parameters named in `rtp`
+    (`iron.dispatch.packaging.rtp_params`) are words of the reading cores'
+    runtime-parameter buffers, which the stream writes with the call's
+    constants; link and stream name the same ones, so they are one
+    configuration."""
     missing = [p for p in design.params if p not in constants]
     if missing:
         raise FusionError(
             f"design {design.name}: an xclbin block takes every parameter as a constant "
             f"(missing {', '.join(missing)})"
         )
-    block = device_block(design, symbol=name, params=dict(constants), load_pdi=False)
+    block = device_block(design, symbol=name, params=dict(constants), load_pdi=False, rtp=rtp)
     return "\n".join(["module {", block.text, "}"]) + "\n"

@@ -16,7 +16,9 @@ step.
 On an xclbin there is no scratchpad (XRT gives a run its control
 scratchpad only for a full-ELF module), so every per-call value becomes a
 dispatch-time scalar: an offset use regenerates the step's stream, a
-core-read use becomes a runtime-parameter write by the sequence.
+core-read use becomes a runtime-parameter write by the sequence
+(`rtp_params`: the words iron-design's `lower(design, rtp=...)` puts in
+each reading core's runtime-parameter buffer).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import attrs
 from iron.core import Device
 from iron.design import Design
 from iron.design.model import Loop, Param, walk
-from iron.dispatch.values import dispatch_time_members, runtime_shaped
+from iron.dispatch.values import derived_params, dispatch_time_members, runtime_shaped
 
 IMAGES = ("elf", "xclbin")
 #: None: one dispatch for the whole sequence; "each_step": one per step
@@ -156,6 +158,19 @@ def param_uses(design: Design) -> dict[str, frozenset[str]]:
     return {p: frozenset(u) for p, u in uses.items()}
 
 
+def rtp_params(design: Design, step) -> frozenset[str]:
+    """The parameters of one-step program step `step` (a `ProgramStep`) of
+    `design` that an xclbin carries as runtime-parameter words: the per-call
+    ones its cores read (every parameter of a runtime-shaped step is per
+    call: its stream brings them). Constants stay folded into the link."""
+    if step.stream:
+        per_call = set(design.params)
+    else:
+        per_call = {n for n, w, _ in step.params if w >= 0}
+    uses = param_uses(design)
+    return frozenset(p for p in per_call if "core" in uses[p])
+
+
 def member_uses(design: Design) -> dict[str, frozenset[str]]:
     """Each per-call member's uses (`param_uses`) through the parameters
     the design declares carry it (`Design.member`), never by name."""
@@ -190,4 +205,13 @@ def lowering(plan: Plan, runlist, design_of) -> tuple[Lowering, ...]:
                     how = "rtp"
             name = type(step.op).__name__
             found.append(Lowering(index, name, member, str(expression), how))
+        if plan.image == "xclbin" and runtime_shaped(step.op):
+            design = design_of(step.op)
+            if design is not None:  # derived words its cores read, written per call
+                read = param_uses(design)
+                words = [p for p in derived_params(design) if "core" in read[p]]
+                if words:
+                    derived = ", ".join(words)
+                    value = "derived from its dispatch-time values"
+                    found.append(Lowering(index, type(step.op).__name__, derived, value, "rtp"))
     return tuple(found)

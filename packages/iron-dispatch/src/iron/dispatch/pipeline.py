@@ -53,9 +53,10 @@ from iron.dispatch.cache import CompileCache, file_sha256
 from iron.dispatch.fusion import object_names, program_mlir, xclbin_mlir
 from iron.dispatch.identity import digest
 from iron.dispatch.image import Image
-from iron.dispatch.packaging import param_uses
+from iron.dispatch.packaging import rtp_params
 from iron.dispatch.program import FusionError, Program
-from iron.dispatch.values import derived_params
+from iron.dispatch.streams import design_at, design_key
+from iron.dispatch.values import design_params
 
 #: aiecc flags every fused program takes beyond `aiecc_command`'s: expand
 #: the children's PDI loads inline, as IRON's fused full ELF does
@@ -174,11 +175,13 @@ def write_artifacts(
             if not any(s.stream for s in program.steps):
                 (staging / f"program{i}.mlir").write_text(program_mlir(program, image.designs))
                 emitted += 1
-        elif (constants := static_constants(program)) is not None:
+        elif (static := static_stream(image, program)) is not None:
+            design, constants = static
             step = program.steps[0]
             key = (step.digest, tuple(sorted(constants.items())))  # 16 layers: one module each
             if key not in modules:
-                modules[key] = xclbin_mlir(image.designs[step.digest], step.device, constants)
+                rtp = rtp_params(design, step)
+                modules[key] = xclbin_mlir(design, step.device, constants, rtp)
             (staging / f"program{i}.mlir").write_text(modules[key])
             emitted += 1
     if xclbin:
@@ -217,60 +220,61 @@ FIRST_KERNEL_ID = 0x901
 
 
 def program_kernel(program: Program) -> str:
-    """The xclbin kernel a one-step program runs: its device block, or its
-    host model on the simulated device."""
+    """The xclbin kernel a one-step program runs: its device block (a
+    runtime-shaped step's is named by its configuration, so every value
+    of its dispatch-time parameters runs one kernel), or its host model on
+    the simulated device."""
     step = program.steps[0]
     return step.device or f"host_{step.host}"
 
 
 def xclbin_record(image: Image) -> dict:
-    """The image's xclbin as data: one kernel per distinct design (or host
-    model), in order of first use, each with an instance name under
-    xclbinutil's 64 characters (a 6-character hash of the image's name and
-    the kernel's place, as the original IRON names them) and an id counting
-    up from 0x901; its uuid is a digest of all that."""
+    """The image's xclbin as data: one kernel per distinct device block (a
+    design, or a runtime-shaped step's configuration) or host model, in
+    order of first use, each with an instance name under xclbinutil's 64
+    characters (a 6-character hash of the image's name and the kernel's
+    place, as the original IRON names them), an id counting up from
+    0x901, and the parameters its cores read from runtime-parameter
+    buffers (`rtp_params`); its uuid is a digest of all that."""
     prefix = hashlib.sha1(image.name.encode()).hexdigest()[:6]
     kernels: dict[str, dict] = {}
     for program in image.programs:
         name, step = program_kernel(program), program.steps[0]
         if name not in kernels:
             k = len(kernels)
+            design = image.designs.get(step.digest) if step.digest else None
+            rtp = sorted(rtp_params(design, step)) if design is not None else []
             kernels[name] = {"name": name, "instance": f"{prefix}_op{k}",
-                             "id": FIRST_KERNEL_ID + k, "digest": step.digest, "host": step.host}  # fmt: skip
+                             "id": FIRST_KERNEL_ID + k, "digest": step.digest, "host": step.host,
+                             "rtp": rtp}  # fmt: skip
     record = {"name": image.name, "device": image.device, "kernels": list(kernels.values())}
     return {"uuid": digest(json.dumps(record, sort_keys=True))[:32], **record}
 
 
-def static_constants(program: Program) -> dict[str, int] | None:
-    """A one-step program's parameters when all are constants and its
-    step is not runtime-shaped (its stream is compiled once), else None (a
-    stream per call's values)."""
+def static_stream(image: Image, program: Program) -> tuple[Design, dict[str, int]] | None:
+    """The design and parameter words of a one-step program's stream when
+    they are the same for every call (its stream is compiled once): every
+    parameter and dispatch-time value a constant (a runtime-shaped step's
+    design and derived words at those values, `iron.dispatch.streams`);
+    else None (a stream per call's values)."""
     step = program.steps[0]
-    if step.stream or any(w >= 0 for _, w, _ in step.params):
+    if any(w >= 0 for _, w, _ in (*step.params, *step.values)):
         return None
-    return {n: c for n, _, c in step.params}
+    design = image.designs[step.digest]
+    if not step.stream:
+        return design, {n: c for n, _, c in step.params}
+    op, values = image.steps[step.index].op, {m: c for m, _, c in step.values}
+    design = design_at(op, design, values)
+    return design, design_params(op, design, values)
 
 
 def link_constants(design: Design, program: Program) -> dict[str, int]:
     """What the xclbin link folds in for each parameter: a constant as
-    bound; 0 for a per-call offset (a runtime-shaped step's derived words
-    are per call too), which only the stream carries. A per-call value a
-    core reads needs a runtime-parameter buffer the sequence writes, which
-    this MLIR does not emit yet: refused."""
-    step = program.steps[0]
-    per_call = {n for n, w, _ in step.params if w >= 0}
-    if step.stream:
-        per_call.update(derived_params(design))
-    fixed = {n: c for n, w, c in step.params if w < 0}
-    uses = param_uses(design)
-    for name in sorted(per_call):
-        if "core" in uses.get(name, ()):
-            instead = "" if step.stream else " (use a full ELF: mode='fused')"
-            raise FusionError(
-                f"{program.name}: parameter {name} of {step.device} is a per-call value its "
-                "core reads; on an xclbin that is a runtime-parameter write by the sequence, "
-                f"which IRON's MLIR does not emit yet{instead}"
-            )
+    bound; 0 for a per-call value (a runtime-shaped step's derived words
+    are per call too), which only the stream carries: in a task's offset,
+    or as a runtime-parameter write for a word a core reads (`rtp_params`:
+    the link's cores read those from their runtime-parameter buffers)."""
+    fixed = {n: c for n, w, c in program.steps[0].params if w < 0}
     return {name: fixed.get(name, 0) for name in design.params}
 
 
@@ -278,7 +282,7 @@ def _xclbin_chain(staging: Path, image: Image, objects: dict[str, Path], toolcha
     """One aiecc link per distinct design, each adding its kernel to the
     previous xclbin; then each static stream, instructions only."""
     record = xclbin_record(image)
-    first, linked = {}, {}
+    first, linked, structures = {}, {}, {}
     for program in image.programs:
         name = program_kernel(program)
         first.setdefault(name, program)
@@ -289,11 +293,19 @@ def _xclbin_chain(staging: Path, image: Image, objects: dict[str, Path], toolcha
                 f"{program.name}: {name} is linked with constants {linked[name]} at an earlier "
                 f"step and {constants} here; one xclbin kernel holds one core program"
             )
+        # a runtime-shaped step's designs at other values share the kernel:
+        # only their sequences may differ
+        if structures.setdefault(name, design_key(design)) != design_key(design):
+            raise FusionError(
+                f"{program.name}: design {design.name} shares kernel {name} with an earlier "
+                "step's but makes another configuration; one xclbin kernel is one configuration"
+            )
     previous = None
     for kernel in record["kernels"]:
         program = first[kernel["name"]]
         design = image.designs[kernel["digest"]]
-        mlir = xclbin_mlir(design, kernel["name"], link_constants(design, program))
+        constants = link_constants(design, program)
+        mlir = xclbin_mlir(design, kernel["name"], constants, kernel["rtp"])
         (staging / f"link{kernel['id'] - FIRST_KERNEL_ID}.mlir").write_text(mlir)
 
         def link(work: Path, kernel=kernel, previous=previous) -> list[str]:
@@ -313,8 +325,7 @@ def _xclbin_chain(staging: Path, image: Image, objects: dict[str, Path], toolcha
     for stale in staging.glob(".chain*.xclbin"):
         stale.unlink()
     for i, program in enumerate(image.programs):
-        constants = static_constants(program)
-        if constants is not None:
+        if (staging / f"program{i}.mlir").is_file():  # a static stream
             text = (staging / f"program{i}.mlir").read_text()
             compile_stream(text, staging / f"program{i}.insts.bin", toolchain, program.name)
 

@@ -6,13 +6,16 @@ simulated XRT device as its "ELF".
 A program's runtime arguments are the consolidated buffers, in this order:
 input, output, scratch and, when traced, the trace buffer. Each step names
 the device block it configures (``<Operator>_<design digest[:8]>``, so a
-design repeated at 16 layers is one device) or, for an operator without a
-design, the host model it falls back to; its arguments are views of the
-consolidated buffers at the planned offsets; its design parameters read
-words of the 32-word parameter scratchpad (or constants), each bound by the
-member it carries (`iron.dispatch.values`). A runtime-shaped step also
-carries its operator's values, from which the simulated device takes the
-stream and derived words of each call (`iron.dispatch.streams`).
+design repeated at 16 layers is one device; in a step-by-step image, a
+runtime-shaped step's is ``<Operator>_<configuration digest[:8]>``, so its
+designs at every value are one xclbin kernel, one link, a stream per value)
+or, for an operator without a design, the host model it falls back to; its
+arguments are views of the consolidated buffers at the planned offsets; its
+design parameters read words of the 32-word parameter scratchpad (or
+constants), each bound by the member it carries (`iron.dispatch.values`). A
+runtime-shaped step also carries its operator's values, from which the
+simulated device takes the stream and derived words of each call
+(`iron.dispatch.streams`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from iron.core import Operator, dtype_name, files
 from iron.design import Design, design_of, has_design
 from iron.design.model import element_type
 from iron.dispatch.identity import digest
+from iron.dispatch.streams import configuration_key
 from iron.dispatch.values import (
     BindingError,
     member_bindings,
@@ -166,6 +170,12 @@ def device_name(op: Operator, design_digest: str) -> str:
     return f"{type(op).__name__}_{design_digest[:8]}"
 
 
+def configuration_name(op: Operator, design: Design) -> str:
+    """The device block of a runtime-shaped step on an xclbin: named by the
+    configuration its designs at every value share (`configuration_key`)."""
+    return f"{type(op).__name__}_{digest(configuration_key(op, design))[:8]}"
+
+
 def host_key(op: Operator) -> str:
     """What names a host step's model: the operator's identity."""
     return digest(op.identity_text())[:16]
@@ -231,7 +241,12 @@ def plan_programs(image, designs: dict) -> tuple[Program, ...]:
                 )
             args.append((ARGUMENTS.index(placement.arena), placement.offset, placement.nbytes,
                          dtype_name(placement.dtype), tuple(placement.shape)))  # fmt: skip
+        block = None
         if design is not None:
+            shaped = image.mode != "fused" and runtime_shaped(step.op)
+            block = (configuration_name if shaped else device_name)(
+                step.op, design if shaped else design_digest
+            )
             # the simulated device views each tensor in the design's own shape and type
             args = [
                 (a, o, n, dtype_name(element_type(t.dtype).numpy), tuple(t.shape))
@@ -241,7 +256,7 @@ def plan_programs(image, designs: dict) -> tuple[Program, ...]:
             ProgramStep(
                 index=index,
                 operator=type(step.op).__name__,
-                device=device_name(step.op, design_digest) if design is not None else None,
+                device=block,
                 digest=design_digest,
                 host=None
                 if design is not None

@@ -33,7 +33,10 @@
   The stream (`stream`: the step's program with the call's values folded
   in, under a header naming the xclbin and kernel it was made for) is read
   from the device side of that buffer, so one never synced is refused, as
-  is one made for another xclbin or kernel.
+  is one made for another xclbin or kernel. A kernel's design runs in the
+  xclbin's form: the per-call parameters its cores read (the kernel's
+  ``rtp``) are words of runtime-parameter buffers that the stream writes
+  and each core waits for (`iron.design.lower`).
 
 What is not simulated: timing (the trace's ticks count DDR words moved,
 not cycles), PDI loads and reconfiguration, and the instructions of a
@@ -54,7 +57,7 @@ import numpy as np
 
 from iron.alloc import align_up
 from iron.core import IN, OUT, Device, Operator, as_dtype, files, registry
-from iron.design import Design, Simulator
+from iron.design import Design, Simulator, lower
 from iron.design.aiecc import ELF_KERNEL
 from iron.dispatch.cache import read_json
 from iron.dispatch.executable import kernel
@@ -107,7 +110,8 @@ class Library:
     def __init__(self, streams: Streams | None = None) -> None:
         self.designs: dict[str, Design] = {}
         self.hosts: dict[str, Callable] = {}
-        self.simulators: dict[str, Simulator] = {}  # made on first run, replayed after
+        #: by digest and runtime-parameter words: made on first run, replayed after
+        self.simulators: dict[tuple[str, frozenset[str]], Simulator] = {}
         #: runtime-shaped steps: the operator behind each such design, and
         #: one simulator per stream (the configuration with that stream)
         self.operators: dict[str, Operator] = {}
@@ -123,11 +127,15 @@ class Library:
         self._streamed.clear()
         self.streams.clear()
 
-    def stream(self, digest: str, values: dict[str, int]) -> tuple[Simulator, dict[str, int]]:
+    def stream(
+        self, digest: str, values: dict[str, int], rtp: frozenset[str] = frozenset()
+    ) -> tuple[Simulator, dict[str, int]]:
         """The simulator of the runtime-shaped design `digest` with the
-        stream for `values`, and the parameter words it reads."""
-        stream = self.streams.stream(self.operators[digest], self.designs[digest], values)
-        key = (digest, tuple(sorted(values.items())))
+        stream for `values` (its words `rtp` as runtime-parameter writes: an
+        xclbin's form), and the parameter words it reads."""
+        op, design = self.operators[digest], self.designs[digest]
+        stream = self.streams.stream(op, design, values, rtp)
+        key = (digest, tuple(sorted(values.items())), rtp)
         with self._lock:  # graph functions of one session share the library
             simulator = self._streamed.get(key)
             if simulator is None or simulator.lowered is not stream.lowered:
@@ -137,11 +145,14 @@ class Library:
                     self._streamed.popitem(last=False)
             return simulator, stream.params
 
-    def simulator(self, digest: str) -> Simulator:
-        """The simulator of the design `digest` names."""
-        if digest not in self.simulators:
-            self.simulators[digest] = Simulator(self.designs[digest])
-        return self.simulators[digest]
+    def simulator(self, digest: str, rtp: frozenset[str] = frozenset()) -> Simulator:
+        """The simulator of the design `digest` names, lowered with `rtp` as
+        runtime-parameter words (an xclbin's form)."""
+        key = (digest, rtp)
+        if key not in self.simulators:
+            design = self.designs[digest]
+            self.simulators[key] = Simulator(design, lowered=lower(design, rtp=rtp))
+        return self.simulators[key]
 
     def load(self, program: Program, entry: Path) -> None:
         """Rebuild what `program` names and the library lacks from the
@@ -199,8 +210,12 @@ class SimContext:
 
 
 class SimRun:
-    def __init__(self, context: SimContext) -> None:
-        self.context = context
+    """A run of a program; `rtp` (a kernel of an xclbin): the parameters
+    its device block's cores read from runtime-parameter buffers, which the
+    stream writes (`iron.design.lower`)."""
+
+    def __init__(self, context: SimContext, rtp: frozenset[str] = frozenset()) -> None:
+        self.context, self.rtp = context, rtp
         self.args: dict[int, SimBufferObject] = {}
         self.scratchpad = SimBufferObject(4 * PARAMETER_WORDS)
         self.ticks = 0
@@ -248,11 +263,13 @@ class SimRun:
             if step.device is None:
                 moved = self._host_step(library.hosts[step.host], step, arrays, words)
             elif step.stream:
-                simulator, params = library.stream(step.digest, step_values(step.values, words))
+                values = step_values(step.values, words)
+                simulator, params = library.stream(step.digest, values, self.rtp)
                 moved = self._design_step(simulator, params, arrays)
             else:
                 params = step_values(step.params, words)
-                moved = self._design_step(library.simulator(step.digest), params, arrays)
+                simulator = library.simulator(step.digest, self.rtp)
+                moved = self._design_step(simulator, params, arrays)
             self._trace(number, step.device or f"host:{step.operator}", moved)
 
     def _design_step(self, simulator: Simulator, params: dict[str, int], arrays) -> int:
@@ -346,6 +363,9 @@ class SimXclbin:
                 files.expect(where, f"kernels[{i}].name", k.get("name"), "a string")
                 files.expect(where, f"kernels[{i}].digest", k.get("digest"), "a string", "null")
                 files.expect(where, f"kernels[{i}].host", k.get("host"), "a string", "null")
+                rtp = files.expect(where, f"kernels[{i}].rtp", k.get("rtp"), "an array")
+                for j, name in enumerate(rtp):
+                    files.expect(where, f"kernels[{i}].rtp[{j}]", name, "a string")
         except ValueError as error:
             raise ValueError(f"xclbin {error}") from None
         self.uuid, self.name = record["uuid"], record["name"]
@@ -421,9 +441,12 @@ class SimKernel:
                 f"{xclbin.uuid!r}"
             )
         step, record = program.steps[0], xclbin.kernels[self.name]
-        if (step.digest, step.host) != (record["digest"], record["host"]):
+        # a runtime-shaped step's designs at every value share its kernel (the
+        # block named by their configuration); any other runs the one design
+        mine = step.device == self.name if step.stream else step.digest == record["digest"]
+        if not mine or step.host != record["host"]:
             raise RuntimeError(f"{where}: the stream runs another design than this kernel's")
-        run = SimRun(SimContext(self.context.device, program))
+        run = SimRun(SimContext(self.context.device, program), frozenset(record["rtp"]))
         for index, bo in enumerate(bos):
             run.set_arg(index, bo)
         run.start()

@@ -70,8 +70,9 @@ class Streams:
 
     def __init__(self, cache=None) -> None:
         self.cache = cache
-        #: configuration key -> (lowered, its digest, `_design_key` of the design lowered)
-        self._lowered: dict[str, tuple[Lowered, str, str]] = {}
+        #: (configuration key, rtp) -> (lowered, its digest, `design_key` of the design lowered)
+        self._lowered: dict[tuple, tuple[Lowered, str, str]] = {}
+
         self._streams: collections.OrderedDict[tuple, Stream] = collections.OrderedDict()
         self._instructions: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
         self._lock = threading.Lock()
@@ -98,37 +99,50 @@ class Streams:
                 self._instructions.popitem(last=False)
         return words
 
-    def configuration(self, op: Operator, design: Design) -> tuple[Lowered, str]:
-        """`design` lowered and its configuration's digest: compiled once
-        per configuration (`configuration_key`)."""
-        return self._configuration(op, design)[:2]
+    def configuration(
+        self, op: Operator, design: Design, rtp: frozenset[str] = frozenset()
+    ) -> tuple[Lowered, str]:
+        """`design` lowered (with `rtp` as runtime-parameter words: an
+        xclbin's form) and its configuration's digest: compiled once per
+        configuration (`configuration_key`) and form."""
+        return self._configuration(op, design, rtp)[:2]
 
-    def _configuration(self, op: Operator, design: Design) -> tuple[Lowered, str, str]:
-        key = configuration_key(op, design)
+    def _configuration(
+        self, op: Operator, design: Design, rtp: frozenset[str]
+    ) -> tuple[Lowered, str, str]:
+        key = (configuration_key(op, design), rtp)
         with self._lock:
             if key not in self._lowered:
-                lowered = lower(design)
+                lowered = lower(design, rtp=rtp)
                 config = lowered.configuration
                 text = canonical(config)
                 self._entry(
                     "configuration", digest(text), {"configuration.txt": text}, name=design.name
                 )
-                self._lowered[key] = (lowered, digest(text), _design_key(design))
+                self._lowered[key] = (lowered, digest(text), design_key(design))
             return self._lowered[key]
 
-    def stream(self, op: Operator, base: Design, values: Mapping[str, int]) -> Stream:
+    def stream(
+        self,
+        op: Operator,
+        base: Design,
+        values: Mapping[str, int],
+        rtp: frozenset[str] = frozenset(),
+    ) -> Stream:
         """The stream of `op` at `values` against `base`'s configuration
-        (`base`: the step's design, at the operator's own values)."""
-        key = (op.identity_text(), tuple(sorted(values.items())))
+        (`base`: the step's design, at the operator's own values), lowered
+        with `rtp` as runtime-parameter words (on an xclbin: the sequence
+        writes them for the call)."""
+        key = (op.identity_text(), tuple(sorted(values.items())), rtp)
         with self._lock:
             found = self._streams.get(key)
             if found is not None:
                 self._streams.move_to_end(key)
                 return found
-        lowered, configuration, lowered_from = self._configuration(op, base)
-        design = _design_at(op, base, values)
+        lowered, configuration, lowered_from = self._configuration(op, base, rtp)
+        design = design_at(op, base, values)
         # the configuration lowered (digested once) against the one this design makes
-        if design is not base and _design_key(design) != lowered_from:
+        if design is not base and design_key(design) != lowered_from:
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
                 f"from the one its image holds ({base.name}); a dispatch-time value may change "
@@ -167,7 +181,7 @@ class Streams:
         self.cache.get_or_build(digest(f"{kind}:{key}"), build, kind=kind, **meta)
 
 
-def _design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
+def design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
     """The design of `op` at `values`: the operator's `sequence(**values)`
     where it provides one, else `base` itself at the operator's own values,
     else its design function at those (`attrs.evolve` runs the operator's
@@ -193,10 +207,10 @@ def configuration_key(op: Operator, design: Design) -> str:
     named = getattr(type(op), "configuration", None)
     if callable(named):
         return f"{type(op).__name__}:{op.configuration()}"
-    return _design_key(design)
+    return design_key(design)
 
 
-def _design_key(design: Design) -> str:
+def design_key(design: Design) -> str:
     """What a design's configuration is lowered from (not its runtime
     tensors nor its sequence): equal keys, equal configurations."""
     parts = (design.device, design.fifos, design.workers, design.links, design.params,

@@ -28,17 +28,12 @@ Caches: a full-attention layer's (2, max_seq_len, kv_heads, global_head_dim),
 row p position p; a sliding layer's a ring (2, sliding_window, kv_heads,
 head_dim), slot p % window; only layers that compute KV own one.
 
-The eltwise RMSNorm kernels are compiled with eps 1e-5 (`NORM_EPS`), so
-the prefill's norms use it where the model says rms_norm_eps (1e-6 in
-Gemma 4): a relative change of eps / (2 mean square) of the normed row,
-about 5e-6 for the unit-rms rows they norm, far below bf16's 2^-9.
-
 The per-layer inputs' context half, rms_norm(W x * hidden^-1/2) per layer,
 needs no scale: an RMS norm is scale-free but for its eps
-(rms_norm_eps(s v) = rms_norm_{eps/s^2}(v)), and the product W x has a
-mean square far above both eps values. Prefill multiplies by W (FLMGemm);
-decode has no plain one-row product in the family, so it takes LMHead's
-W rms_norm(x) (the norm weight ones), the same vector divided by x's rms.
+(rms_norm_eps(s v) = rms_norm_{eps/s^2}(v)), so prefill norms W x (FLMGemm)
+with eps * hidden, exactly. Decode has no plain one-row product in the
+family, so it takes LMHead's W rms_norm(x) (the norm weight ones), the same
+vector divided by x's rms.
 
 per_layer_projection's depth, the per-layer width (256 in E2B), is below
 FLMGemm's 512-deep k-blocks: its prefill product folds f = 512 / per_layer
@@ -75,8 +70,6 @@ CHUNK = 512
 ROUND = 128
 #: FLMGemm's k-block: a projection's depth is a multiple of it
 K_BLOCK = 512
-#: the eps the eltwise RMSNorm kernels are compiled with (iron.ops.eltwise.rows.rms_norm)
-NORM_EPS = 1e-5
 #: the per-layer input scale (Gemma4TextModel.per_layer_input_scale)
 PER_LAYER_INPUT_SCALE = 2.0**-0.5
 
@@ -303,8 +296,9 @@ class GemmaGraph:
             h = result if c.is_kv_shared(i) else result[1]
         return g(self.head(), h, w["model.norm.weight"], w["head"])
 
-    def _norm(self, width: int, rows: int, weighted=True) -> RMSNorm:
-        return RMSNorm(size=rows * width, tile_size=width, weighted=weighted, eps=NORM_EPS)
+    def _norm(self, width: int, rows: int, weighted=True, eps=None) -> RMSNorm:
+        eps = self.config.rms_norm_eps if eps is None else eps
+        return RMSNorm(size=rows * width, tile_size=width, weighted=weighted, eps=eps)
 
     def _angles(self, g, w, kind: str, begin):
         """The eltwise RoPE rows of positions begin..begin+chunk, copied out
@@ -376,7 +370,9 @@ class GemmaGraph:
         hidden, size = c.hidden_size, c.per_layer
         key = f"model.layers.{i}."
         projected = g(self.per_layer_gemm(), x0, w[f"per_layer.{i}.prefill"], M=product_rows)
-        normed = g(self._norm(size, rows), projected, w["per_layer.norm"])
+        # rms_norm_eps(W x * hidden^-1/2) is rms_norm_{eps * hidden}(W x)
+        eps = c.rms_norm_eps * hidden
+        normed = g(self._norm(size, rows, eps=eps), projected, w["per_layer.norm"])
         scale = AXPY(size=rows * size, scalar_factor=PER_LAYER_INPUT_SCALE)
         per_layer = g(scale, normed.reshape(rows * size), ple[i].reshape(rows * size))
         gate = gemm("per_layer_gate", x)

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from iron.core import environment, files
-from iron.design import ToolchainError, find_toolchain
+from iron.design import ToolchainError, aiecc
 from iron.dispatch.backends import BackendUnavailable, CompilingBackend
 from iron.dispatch.fusion import xclbin_mlir
 from iron.dispatch.identity import digest
 from iron.dispatch.image import PARAMETER_WORDS
+from iron.dispatch.packaging import rtp_params
 from iron.dispatch.pipeline import compile_stream
 from iron.dispatch.program import step_design
 from iron.dispatch.runtime import XclbinExecutable, XrtExecutable
@@ -46,7 +47,7 @@ class NpuBackend(CompilingBackend):
         ]
         if probes[0].present:  # without mlir-aie, its tools are missing by definition
             try:
-                find_toolchain()
+                aiecc.find_toolchain()  # looked up per call: tests stand one in
             except ToolchainError as error:
                 missing.append(str(error))
         if missing:
@@ -54,7 +55,7 @@ class NpuBackend(CompilingBackend):
         return True, "pyxrt, an NPU, aiecc and Peano are present"
 
     def toolchain(self):
-        return find_toolchain()
+        return aiecc.find_toolchain()
 
     def load(self, image, buffers, *, device=None, poison=False) -> XrtExecutable:
         self.check_mode(image.mode)
@@ -82,10 +83,11 @@ class NpuBackend(CompilingBackend):
             step = program.steps[0]
             op = image.steps[step.index].op
             design = step_design(op, program.name)
+            rtp = rtp_params(design, step)  # as the xclbin's link reads them
             if step.stream:
-                shaped = streams.stream(op, design, values)
+                shaped = streams.stream(op, design, values, rtp)
                 design, params = shaped.lowered.design, shaped.params
-            mlir = xclbin_mlir(design, step.device, params)
+            mlir = xclbin_mlir(design, step.device, params, rtp)
 
             def build(staging: Path) -> dict:
                 compile_stream(mlir, staging / "stream.bin", toolchain, program.name)

@@ -6,7 +6,8 @@ a step whose operator has no design falls back to the operator's host model
 how many did. Device memory is apart from the host's; syncs move whole
 64-byte granules. A fused image is a full ELF whose per-call values go
 through a 32-word parameter scratchpad; a separate or compare image is an
-xclbin whose steps run instruction streams made for each call's values."""
+xclbin whose steps run instruction streams made for each call's values,
+the per-call words its cores read written into runtime-parameter buffers."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from iron.dispatch.backends import CompilingBackend
 from iron.dispatch.cache import read_json
 from iron.dispatch.executable import kernel
 from iron.dispatch.image import PARAMETER_WORDS
+from iron.dispatch.packaging import rtp_params
 from iron.dispatch.pipeline import program_kernel
 from iron.dispatch.program import step_design
 from iron.dispatch.runtime import XclbinExecutable, XrtExecutable
@@ -46,7 +48,11 @@ class SimBackend(CompilingBackend):
                 if step.stream:
                     library.operators[step.digest] = op
                     if all(w < 0 for _, w, _ in step.values):  # its values are the image's
-                        library.stream(step.digest, step_values(step.values, ()))
+                        # in the form the image's device runs it (an xclbin's: RTP words)
+                        rtp = frozenset()
+                        if image.mode != "fused":
+                            rtp = rtp_params(library.designs[step.digest], step)
+                        library.stream(step.digest, step_values(step.values, ()), rtp)
                 if step.host is not None and step.host not in library.hosts:
                     library.hosts[step.host] = kernel(op, use_device_model=True)
         if image.mode == "fused":

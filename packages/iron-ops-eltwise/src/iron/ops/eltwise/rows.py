@@ -13,8 +13,9 @@ The kernels (listed in ``kernels/manifest.json``):
 - npu2 (aie2p): mlir-aie's `rms_norm` (aie2p/rms_norm.cc), `layer_norm`
   (aie2p/layer_norm.cc) and `softmax_bf16` (aie2p/softmax.cc) at iron-design's
   pin; npu1 (aie2): mlir-aie's `softmax_bf16` (aie2/softmax.cc, with the
-  exp tables of lut_based_ops) and ours for the norms
-  (kernels/aie2/norm.cc), which the pin lacks;
+  exp tables of lut_based_ops) and ours for the norms (kernels/norm.cc),
+  which the pin lacks; ours on npu2 too for an eps other than the 1e-5
+  mlir-aie's norms compile in;
 - RoPE on both: ours (kernels/rope.cc): the pin has no aie2 rope, and its
   aie2p `rope` rounds each product to bf16 before their difference.
 
@@ -72,8 +73,9 @@ from iron.ops.eltwise.line_kernels import (
     shipped_kernel,
 )
 
-#: the epsilon the rms_norm and layer_norm kernels are compiled with
-KERNEL_EPS = 1e-5
+#: the epsilon mlir-aie's aie2p rms_norm and layer_norm compile in
+#: (``constexpr float epsilon = 1e-5f``); ours (kernels/norm.cc) take any
+MLIR_AIE_NORM_EPS = 1e-5
 #: float32 lanes a row kernel's vectors have: the norms 16 on both
 #: generations (aie2p/rms_norm.cc and layer_norm.cc instantiate N = 16; ours
 #: too); softmax_bf16 16 on aie2, 32 on aie2p (SM_VEC_LEN)
@@ -132,37 +134,37 @@ def _tail_sum(start: np.float32, values: np.ndarray) -> np.float32:
 # ---- kernel models (write their outputs in place, as the C++ does) ------------------
 
 
-def rms_norm_model(arch: str, x, y, cols) -> None:
-    """eps 1e-5; squares summed in 16 float32 lanes (the tail after them,
-    one by one), the float32 inverse of the root mean square.
-    aie2 (ours, iron_rms_norm_bf16): x * inverse rounded once (through the
-    inverse's bf16 parts). aie2p (mlir-aie rms_norm): the inverse rounded
-    to bf16, then each product rounded; the scalar tail multiplies by the
-    float32 inverse."""
+def rms_norm_model(source: str, x, y, cols, *, eps=MLIR_AIE_NORM_EPS) -> None:
+    """Squares summed in 16 float32 lanes (the tail after them, one by
+    one), the float32 inverse of the root mean square with `eps` added.
+    `source` "iron" (ours, iron_rms_norm_bf16): x * inverse rounded once
+    (through the inverse's bf16 parts). "mlir-aie" (aie2p rms_norm, eps
+    1e-5): the inverse rounded to bf16, then each product rounded; the
+    scalar tail multiplies by the float32 inverse."""
     v = _f32(x[:cols])
     whole = cols // NORM_LANES * NORM_LANES
     total = _tail_sum(sum_lanes(lane_sums(v * v, NORM_LANES)), v[whole:] * v[whole:])
-    inverse = np.float32(1) / np.sqrt(np.float32(total / np.float32(cols)) + np.float32(KERNEL_EPS))
-    if arch == "aie2":
+    inverse = np.float32(1) / np.sqrt(np.float32(total / np.float32(cols)) + np.float32(eps))
+    if source == "iron":
         y[:cols] = to_bf16(v * inverse)
     else:
         y[:whole] = to_bf16(v[:whole] * cast_bf16(inverse))
         y[whole:cols] = to_bf16(v[whole:] * inverse)
 
 
-def layer_norm_model(arch: str, x, y, cols) -> None:
-    """eps 1e-5, no affine; float32 lane sums of x and x^2 (16 lanes),
-    variance E[x^2] - mean^2. aie2 (ours, iron_layer_norm_bf16): the
-    variance at least 0, then x * inverse - mean * inverse in float32,
-    rounded once. aie2p (mlir-aie layer_norm): x - bf16(mean) as bf16, times
-    bf16(inverse) as bf16."""
+def layer_norm_model(source: str, x, y, cols, *, eps=MLIR_AIE_NORM_EPS) -> None:
+    """No affine; float32 lane sums of x and x^2 (16 lanes), variance
+    E[x^2] - mean^2, `eps` added. `source` "iron" (ours,
+    iron_layer_norm_bf16): the variance at least 0, then x * inverse - mean *
+    inverse in float32, rounded once. "mlir-aie" (aie2p layer_norm, eps
+    1e-5): x - bf16(mean) as bf16, times bf16(inverse) as bf16."""
     v = _f32(x[:cols])
     mean = np.float32(sum_lanes(lane_sums(v, NORM_LANES)) / np.float32(cols))
     variance = np.float32(sum_lanes(lane_sums(v * v, NORM_LANES)) / np.float32(cols) - mean * mean)
-    if arch == "aie2":
+    if source == "iron":
         variance = max(variance, np.float32(0))
-    inverse = np.float32(1) / np.sqrt(variance + np.float32(KERNEL_EPS))
-    if arch == "aie2":
+    inverse = np.float32(1) / np.sqrt(variance + np.float32(eps))
+    if source == "iron":
         y[:cols] = to_bf16(v * inverse - np.float32(mean * inverse))
     else:
         centred = to_bf16(v - cast_bf16(mean))
@@ -235,39 +237,40 @@ def _row(cols: int) -> Memref:
 
 
 #: our aie2 norms (the pin has aie2p's only)
-AIE2_NORMS = shipped("iron.ops.eltwise", "kernels/aie2/norm.cc")
+def norm_source(eps: float):
+    """Our norms' source (kernels/norm.cc), its object compiled for `eps`."""
+    define = () if eps == MLIR_AIE_NORM_EPS else (f"IRON_NORM_EPS={float(eps)!r}f",)
+    return shipped("iron.ops.eltwise", "kernels/norm.cc", defines=define)
 
 
-def rms_norm_kernel(arch: str, cols: int) -> Kernel:
-    """(bf16 *input, bf16 *output, int32 cols): mlir-aie's `rms_norm` on
-    aie2p, ours `iron_rms_norm_bf16` on aie2."""
+def _norm_kernel(name: str, arch: str, cols: int, eps: float, model) -> Kernel:
+    """(bf16 *input, bf16 *output, int32 cols): mlir-aie's `name` on aie2p
+    at its eps, ours `iron_{name}_bf16` otherwise (aie2, or another eps)."""
     row = _row(cols)
-    symbol, source = (
-        ("iron_rms_norm_bf16", AIE2_NORMS) if arch == "aie2" else
-        ("rms_norm", aie_kernels("aie2p/rms_norm.cc"))
-    )  # fmt: skip
+    if arch == "aie2p" and eps == MLIR_AIE_NORM_EPS:
+        symbol, source, implementation = name, aie_kernels(f"aie2p/{name}.cc"), "mlir-aie"
+    else:
+        symbol, source, implementation = f"iron_{name}_bf16", norm_source(eps), "iron"
     return Kernel(
-        symbol, (row, row, Scalar("i32")), source, functools.partial(rms_norm_model, arch)
+        symbol,
+        (row, row, Scalar("i32")),
+        source,
+        functools.partial(model, implementation, eps=float(eps)),
     )
+
+
+def rms_norm_kernel(arch: str, cols: int, eps: float = MLIR_AIE_NORM_EPS) -> Kernel:
+    return _norm_kernel("rms_norm", arch, cols, eps, rms_norm_model)
+
+
+def layer_norm_kernel(arch: str, cols: int, eps: float = MLIR_AIE_NORM_EPS) -> Kernel:
+    return _norm_kernel("layer_norm", arch, cols, eps, layer_norm_model)
 
 
 def mul_kernel(cols: int) -> Kernel:
     """iron_mul_bf16(bf16 *a, bf16 *b, bf16 *y, int32 n), shipped with the
     family (kernels/eltwise.cc): the pin has no sized multiply."""
     return shipped_kernel("iron_mul_bf16", 2, cols, 0, mul_model)
-
-
-def layer_norm_kernel(arch: str, cols: int) -> Kernel:
-    """(bf16 *input, bf16 *output, int32 cols): mlir-aie's `layer_norm` on
-    aie2p, ours `iron_layer_norm_bf16` on aie2."""
-    row = _row(cols)
-    symbol, source = (
-        ("iron_layer_norm_bf16", AIE2_NORMS) if arch == "aie2" else
-        ("layer_norm", aie_kernels("aie2p/layer_norm.cc"))
-    )  # fmt: skip
-    return Kernel(
-        symbol, (row, row, Scalar("i32")), source, functools.partial(layer_norm_model, arch)
-    )
 
 
 def softmax_kernel(arch: str, cols: int) -> Kernel:
@@ -404,11 +407,7 @@ def row_design(
 
 def rms_norm(tile_size, rows, weighted, eps, columns, channels, device) -> Design:
     arch = device.arch
-    require_design(
-        "RMSNorm", "eps", eps, eps == KERNEL_EPS,
-        f"{KERNEL_EPS:g} (the rms_norm kernels are compiled with it)",
-    )  # fmt: skip
-    norm = rms_norm_kernel(arch, tile_size)
+    norm = rms_norm_kernel(arch, tile_size, eps)
     if not weighted:
         return row_design(
             "rms_norm", device, rows, tile_size, columns, channels,
@@ -430,11 +429,7 @@ def rms_norm(tile_size, rows, weighted, eps, columns, channels, device) -> Desig
 
 def layer_norm(rows, cols, eps, columns, channels, device) -> Design:
     arch = device.arch
-    require_design(
-        "LayerNorm", "eps", eps, eps == KERNEL_EPS,
-        f"{KERNEL_EPS:g} (the layer_norm kernels are compiled with it)",
-    )  # fmt: skip
-    kernel = layer_norm_kernel(arch, cols)
+    kernel = layer_norm_kernel(arch, cols, eps)
     require_design(
         "LayerNorm", "cols", cols, cols % NORM_LANES == 0,
         f"a multiple of {NORM_LANES} ({kernel.symbol} walks whole {NORM_LANES}-element vectors)",

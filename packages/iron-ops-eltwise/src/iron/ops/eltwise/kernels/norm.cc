@@ -1,16 +1,22 @@
-// RMSNorm and LayerNorm rows for aie2 (npu1), which mlir-aie's kernel tree
+// RMSNorm and LayerNorm rows: on aie2 (npu1), which mlir-aie's kernel tree
 // at iron-design's pin lacks (it has aie2p/rms_norm.cc and
-// aie2p/layer_norm.cc only, and aie2 sources never fall back to aie2p).
-// eps is 1e-5, no affine; 16 float32 lanes accumulate the sums, added in
+// aie2p/layer_norm.cc only, and aie2 sources never fall back to aie2p), and
+// on both generations for an eps other than the 1e-5 those two compile in.
+// eps is IRON_NORM_EPS (a float literal; 1e-5f unless the build defines
+// it: one object per eps), no affine; 16 float32 lanes accumulate the sums, added in
 // iron::sum_lanes' order; the inverse root is aie::invsqrt; each output is
 // rounded once to bf16 (x times the inverse through its three bf16 parts).
 // The numpy models are rms_norm_model and layer_norm_model in rows.py.
-#include "../iron_aie.h"
+#include "iron_aie.h"
+
+#ifndef IRON_NORM_EPS
+#define IRON_NORM_EPS 1e-5f
+#endif
 
 namespace {
 
 constexpr int32_t LANES = 16;
-constexpr float EPS = 1e-5f;
+constexpr float EPS = IRON_NORM_EPS;
 using acc16 = ::aie::accum<accfloat, LANES>;
 
 } // namespace
