@@ -10,12 +10,15 @@ import pytest
 
 from iron.core import Device, OperatorError, bf16, compare
 from iron.core.cli import main
+from iron.design import design_of
 from iron.dispatch import Session, graph
 from iron.dispatch.cache import CompileCache
 from iron.dispatch.program import Program
+from iron.dispatch.streams import StreamError, Streams
 from iron.ops.eltwise.chunk_copy import ChunkCopy
 from iron.ops.eltwise.mem_copy import MemCopy
 from iron.ops.eltwise.strided_copy import StridedCopy
+from iron.ops.flm import design as flm_design
 from iron.ops.flm.decode_layer import DecodeLayer
 from iron.ops.flm.gemm import FLMGemm
 from iron.ops.flm.lm_head import LMHead
@@ -119,11 +122,106 @@ def test_flm_gemm_runs_in_a_graph_on_every_backend(backend, tmp_path):
         judged(op, f(a), op.resolve(NPU2).reference(a, packed), [a, packed])
 
 
+@pytest.mark.parametrize("backend", ["reference", "cpu", "sim"])
+def test_flm_gemm_binds_m_per_call_one_image_for_every_m(backend, tmp_path):
+    """One operator of capacity 768 called at M = 256, 768, 512, 256: rows
+    below M within the operator's tolerance of the reference at that M,
+    rows M.. exactly the reference's zeros (the device writes them: after
+    the 768 call, the 512 call's rows 512..768 must be zeroed again)."""
+    op = FLMGemm(K=512, N=1024, max_M=768, epilogue="silu", clamp=(-4.0, 4.0))
+    a, packed = flm_inputs(op)
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend=backend, device="npu2", session=session)
+        def f(g, a, *, rows):
+            return g(op, a, g.weight("b", packed), M=rows)
+
+        for m in (256, 768, 512, 256):
+            got = f(a, rows=m)
+            want = op.resolve(NPU2).reference(a, packed, M=m)
+            judged(op, got[:m], want[:m], [a, packed], M=m)
+            assert np.array_equal(got[m:].view(np.uint16), want[m:].view(np.uint16)), m
+            assert not np.any(got[m:].view(np.uint16)) and np.any(got[:m].view(np.uint16))
+        assert len(f.versions) == 1  # one graph version, one image
+        if backend == "sim":
+            streams = session.streams
+            # one configuration; a stream per distinct M, the repeated 256 cached
+            assert (streams.configurations, streams.streams) == (1, 3)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "sim"])
+@pytest.mark.parametrize(
+    "rows, rule",
+    [(300, r"FLMGemm: M=300: a positive multiple of 256 on npu2 \(64 rows x 4 compute rows\)"),
+     (0, r"FLMGemm: M=0: a positive multiple of 256"),
+     (1024, r"FLMGemm: M=1024: at most max_M=768 \(A's rows\)")],
+    ids=["misaligned", "zero", "past-capacity"],
+)  # fmt: skip
+def test_a_bad_m_is_refused_before_anything_runs(backend, rows, rule, tmp_path):
+    """A step before the FLMGemm writes a state: after the refusal the
+    state is what the last good call left."""
+    op = FLMGemm(K=512, N=1024, max_M=768)
+    a, packed = flm_inputs(op)
+    size = a.size
+    first = StridedCopy(
+        input_buffer_size=size, output_buffer_size=size, sizes=(size,), strides=(1,)
+    )
+    with Session(cache=tmp_path) as session:
+
+        @graph(backend=backend, device="npu2", session=session)
+        def f(g, a, *, rows):
+            seen = g.state("seen", (size,))
+            g(first, a, seen)  # runs first, in place
+            return g(op, a, g.weight("b", packed), M=rows)
+
+        f(a, rows=256)
+        with pytest.raises(OperatorError, match=rule):
+            f(-a, rows=rows)
+        assert np.array_equal(f.read_state("seen").view(np.uint16), a.reshape(-1).view(np.uint16))
+
+
+def test_an_unbound_m_runs_at_the_operators_own_and_keys_the_cache(tmp_path):
+    """M is not part of the identity (max_M is): two graphs of one capacity
+    leaving M unbound at 512 and at 256 are two cache entries, and a
+    later process gets the rows its own M computes."""
+    op = FLMGemm(K=512, N=1024, max_M=512)
+    a, packed = flm_inputs(op)
+    for m in (512, 256):
+        with Session(cache=tmp_path) as session:
+            at = FLMGemm(K=512, N=1024, max_M=512, M=m)
+
+            @graph(backend="sim", device="npu2", session=session)
+            def f(g, a):
+                return g(at, a, g.weight("b", packed))  # noqa: B023 (called in the loop)
+
+            c = f(a)
+            assert np.any(c[:m].view(np.uint16)) and not np.any(c[m:].view(np.uint16)), m
+
+
+def test_a_sequence_whose_configuration_moves_with_m_is_refused(monkeypatch):
+    """A design at a new M must be the image's configuration with another
+    sequence: one whose A tiles changed (tile_ma) is refused by name."""
+    op = FLMGemm(K=512, N=1024, max_M=512).resolve(NPU2)
+    streams = Streams()
+    streams.stream(op, design_of(op), {"M": 512})
+    other = attrs.evolve(op, tile_ma=32)
+    monkeypatch.setattr(FLMGemm, "sequence", lambda self, *, M: flm_design.build(other.at(M)))
+    with pytest.raises(StreamError, match=r"FLMGemm at M=256: its design's configuration differs"):
+        streams.stream(op, design_of(op), {"M": 256})
+
+
 def sweep(session, M_values, K, N):
-    """One graph of FLMGemm at (K, N) compiled at each of `M_values`."""
-    project = projection(session, K, N)
+    """One graph of FLMGemm at (K, N), capacity the largest of `M_values`,
+    compiled once; then the stream of each M as a call at that M makes it
+    (the simulated device's `Library.stream`), without simulating the
+    calls."""
+    project = projection(session, K, N, max(M_values))
+    version = project.compile(a=((max(M_values), K), bf16))
+    project.load()
+    (step,) = version.image.programs[0].steps
     for m in M_values:
-        project.compile(a=((m, K), bf16))
+        session.library.stream(step.digest, {"M": m})
+    assert len(project.versions) == 1
     return session.library.streams
 
 
@@ -132,15 +230,15 @@ def test_six_m_compile_one_configuration_and_six_streams(tmp_path):
     with Session(cache=tmp_path) as session:
         streams = sweep(session, M_VALUES[:6], K, N)
         assert (streams.configurations, streams.streams) == (1, 6)
-        sweep(session, M_VALUES[:6], K, N)  # the same versions: nothing new
+        sweep(session, M_VALUES[:6], K, N)  # the same operator and M: nothing new
         assert (streams.configurations, streams.streams) == (1, 6)
 
 
 @pytest.mark.slow
 def test_the_sweep_compiles_one_configuration_and_a_stream_per_m(tmp_path, monkeypatch, capsys):
-    """One graph over Llama 3.2 1B's k,v projection at the sweep's 30 M
-    values: one configuration, a stream per M, each one cache entry
-    (`iron cache info` counts them apart)."""
+    """One graph version over Llama 3.2 1B's k,v projection, M per call at
+    the sweep's 30 values: one configuration, a stream per M, each one
+    cache entry (`iron cache info` counts them apart)."""
     K, N = PROJECTIONS["llama3.2-1b k,v"]
     with Session(cache=tmp_path) as session:
         streams = sweep(session, M_VALUES, K, N)
@@ -152,13 +250,13 @@ def test_the_sweep_compiles_one_configuration_and_a_stream_per_m(tmp_path, monke
     assert "configurations: 1, streams: 30" in capsys.readouterr().out
 
 
-def projection(session, K, N):
-    """A graph of one FLMGemm at (K, N), its M the input's rows."""
+def projection(session, K, N, max_M=256):
+    """A graph of one FLMGemm at (K, N) of capacity `max_M`, its M per call."""
     packed = FLMGemm(M=256, K=K, N=N).resolve(NPU2).pack_b(np.ones((K, N), np.float32))
 
     @graph(backend="sim", device="npu2", session=session)
-    def project(g, a):
-        return g(FLMGemm(M=a.shape[0], K=K, N=N), a, g.weight("b", packed))
+    def project(g, a, *, rows):
+        return g(FLMGemm(K=K, N=N, max_M=max_M), a, g.weight("b", packed), M=rows)
 
     return project
 
@@ -169,8 +267,7 @@ def test_every_projection_of_the_sweep_shares_the_configuration(tmp_path):
     configuration."""
     with Session(cache=tmp_path) as session:
         for k, n in PROJECTIONS.values():
-            projection(session, k, n).compile(a=((256, k), bf16))
-        streams = session.library.streams
+            streams = sweep(session, (256,), k, n)
         assert (streams.configurations, streams.streams) == (1, len(PROJECTIONS))
 
 
@@ -313,10 +410,10 @@ def test_a_new_m_on_the_xclbin_plan_is_one_new_instruction_stream(tmp_path):
     stream per M, and one instruction stream per M (the repeat reuses it)."""
     K, N = 512, 1024
     with Session(cache=tmp_path) as session:
-        project = projection(session, K, N)
-        rng = np.random.default_rng(5)
+        project = projection(session, K, N, max_M=512)
+        a = np.random.default_rng(5).standard_normal((512, K)).astype(bf16)
         for m in (256, 512, 256):
-            project(rng.standard_normal((m, K)).astype(bf16))
+            project(a, rows=m)
         assert {v.plan.image for v in project.versions.values()} == {"xclbin"}
         streams = session.streams
         assert (streams.configurations, streams.streams) == (1, 2)
@@ -363,8 +460,9 @@ def test_an_xclbin_stream_folds_the_calls_values_and_links_read_core_words_as_rt
         assert link.count("aiex.set_lock(%rtp_lock.") == workers
         assert "scratchpad" not in link
         # a core reads k_iters, epilogue, the clamp, its slabs and units, and
-        # its column's work and idle counts: ten words, written before any task
-        assert link.count("aiex.npu.rtp_write(") == 10 * workers
+        # its column's work, idle and zero-chunk counts: eleven words,
+        # written before any task
+        assert link.count("aiex.npu.rtp_write(") == 11 * workers
         assert link.index("aiex.npu.rtp_write(") < link.index("aiex.dma_configure_task_for")
 
 
@@ -403,7 +501,7 @@ def test_flm_gemm_on_a_sim_xclbin_runs_its_words_as_runtime_parameters(device, t
             config = simulator.lowered.configuration
             assert {b.worker for b in config.rtps} == {w.name for w in simulator.design.workers}
             writes = [op for op in simulator.lowered.runtime.ops if isinstance(op, WriteRtp)]
-            assert len(writes) == 10 * len(config.rtps)
+            assert len(writes) == 11 * len(config.rtps)  # eleven words a core reads
             # the buffers and their locks fit beside what the cores hold
             design = simulator.design
             assert check(design, rtp=frozenset(design.params)).ok

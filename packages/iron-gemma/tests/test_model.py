@@ -72,6 +72,27 @@ def test_prefill_then_decode_equals_prefill(tiny_dir):
     assert model.position == len(ids)
 
 
+def test_a_short_chunk_has_its_projections_compute_its_rows_only(tiny_dir, oracle, monkeypatch):
+    """150 prompt tokens: a chunk of 128 query rows, whose products bind M
+    per call to 256 rows (FLMGemm's unit), not the chunk's 512; the
+    logits still agree with the oracle."""
+    from iron.ops.flm import FLMGemm
+
+    model = Model.from_pretrained(tiny_dir, backend="cpu", progress=False)
+    assert [model.plan.product_rows(n) for n in (128, 256, 384, 512)] == [256, 256, 512, CHUNK]
+    rows, reference = [], FLMGemm.reference
+
+    def spy(self, a, b, *, M=None):
+        rows.append(self.M if M is None else M)
+        return reference(self, a, b, M=M)
+
+    monkeypatch.setattr(FLMGemm, "reference", spy)
+    ids = tokens(150)
+    kl = kl_divergence(oracle.logits(ids)[-1], model.prefill(ids))
+    assert kl <= BOUNDS["max"]
+    assert rows and max(rows) == 256
+
+
 @pytest.mark.slow
 def test_two_prefill_chunks_on_reference(tiny_dir, oracle):
     model = Model.from_pretrained(tiny_dir, backend="reference", progress=False)

@@ -59,7 +59,7 @@ def suite(quick: bool) -> list[tuple[str, int, int, int]]:
 
 
 def measure(name: str, M: int, K: int, N: int, device: Device) -> dict:
-    op = FLMGemm(M, K, N).resolve(device)
+    op = FLMGemm(M=M, K=K, N=N).resolve(device)
     program = op.program()
     ours = design.transfer_bytes(design.build(op, program))
     naive = design.transfer_bytes(design.build(op, op.program(resident=False)))
@@ -107,7 +107,7 @@ def summary(rows: list[dict], label: str) -> str:
 def simulator_check(device: Device) -> str:
     """Simulate one resident shape: the simulator's byte counters must equal
     the patterns' sums, and C the reference within the tolerance."""
-    op = FLMGemm(512, 1536, 1024).resolve(device)
+    op = FLMGemm(M=512, K=1536, N=1024).resolve(device)
     a, b = op.example_inputs(np.random.default_rng(0))
     run = design.run(op, a, b)
     measured = {name: moved.read + moved.written for name, moved in run.traffic.tensors.items()}

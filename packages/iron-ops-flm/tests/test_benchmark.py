@@ -52,8 +52,12 @@ def test_designs_table_is_measured_and_current(capsys):
     # B its packed size once (512*1024/8 blocks of 9 bytes), C once (256*1024*2)
     assert "| npu2 | M=256,K=512,N=1024 | ok | 32 |" in table
     assert "| 262144 | 589824 | 589824 | 524288 | within tolerance |" in table
+    # capacity 1024 at M = 512: A's first 512 rows read (512*512*2), C's 1024 written
+    # (rows 512.. as the cores' zeros, 1024*1024*2)
+    assert "| npu2 | K=512,N=1024,max_M=1024,M=512 | ok | 32 |" in table
+    assert "| 524288 | 589824 | 589824 | 2097152 | within tolerance |" in table
     # npu1 has no block floats: the bfp16 cases are refused by that rule
-    assert table.count("refused: FLMGemm: b_format='bfp16'") == 3
+    assert table.count("refused: FLMGemm: b_format='bfp16'") == 4
     assert table.count("refused: DequantBFP: device=npu1") == 2
     # DequantBFP, 1024 x 128: q once (5 * 128 * 1024 / 8), B once (1024 * 128 / 8 * 9)
     assert "| npu2 | K=1024,N=128 | ok | 2 |" in table

@@ -58,7 +58,7 @@ def test_output_is_byte_for_byte_flmgemms_packing(K, N):
     op = DequantBFP(K, N).resolve(NPU2)
     (blob,) = op.example_inputs(np.random.default_rng(K + N))
     (out,) = op.call_reference(blob)
-    gemm = FLMGemm(256, K, N, rounding="floor").resolve(NPU2)  # the GEMM these weights feed
+    gemm = FLMGemm(M=256, K=K, N=N, rounding="floor").resolve(NPU2)  # the GEMM these weights feed
     assert gemm.tile_n == 64
     assert out.shape == gemm.arg_specs()[1].shape
     assert np.array_equal(out, gemm.pack_b(dequantize(blob, K, N)))

@@ -71,7 +71,10 @@ def test_npu1_runs_every_bf16_case():
 
 def test_one_image_serves_every_shape():
     shapes = [(256, 1024, 512), (512, 2048, 1536), (1024, 6144, 640)]
-    designs = [design_of(FLMGemm(*shape, epilogue="silu").resolve(NPU2)) for shape in shapes]
+    designs = [
+        design_of(FLMGemm(**dict(zip("MKN", shape)), epilogue="silu").resolve(NPU2))
+        for shape in shapes
+    ]
     # kernel models compare by their stable names, as a design's digest does
     image = {canonical((d.name, d.fifos, d.links, d.workers, d.params)) for d in designs}
     assert len(image) == 1  # only the tensors and the runtime sequence differ
@@ -100,7 +103,7 @@ def test_each_column_pool_has_the_overlays_slot_count(device, params, slots):
     "M, slabs", [(16128, [63]), (16384, [32, 32])], ids=["63-units", "64-units"]
 )
 def test_residency_up_to_the_lock_maximum_fits_the_device(M, slabs):
-    op = FLMGemm(M, 512, 1024).resolve(NPU2)
+    op = FLMGemm(M=M, K=512, N=1024).resolve(NPU2)
     assert [s.units for s in op.program().slabs] == slabs
     design = design_of(op)
     assert {s.value for s in design.sequence if isinstance(s, SetLock)} == set(slabs)
@@ -108,7 +111,7 @@ def test_residency_up_to_the_lock_maximum_fits_the_device(M, slabs):
 
 
 def test_per_shape_values_are_runtime_parameters():
-    op = FLMGemm(768, 1536, 1280, epilogue="gelu", clamp=(-1.0, 2.0)).resolve(NPU2)
+    op = FLMGemm(M=768, K=1536, N=1280, epilogue="gelu", clamp=(-1.0, 2.0)).resolve(NPU2)
     params = flm_design.runtime_params(op)
     assert set(params) == set(design_of(op).params)
     # 3 units, 3 k-blocks, 20 column blocks of 64 over 8 columns: 3, 3, 2, ...
@@ -125,7 +128,7 @@ def test_per_shape_values_are_runtime_parameters():
 
 
 def test_b_moves_in_bfp16ebs8_blocks_never_bytes():
-    op = FLMGemm(256, 1024, 512).resolve(NPU2)
+    op = FLMGemm(M=256, K=1024, N=512).resolve(NPU2)
     design = design_of(op)
     assert (design.tensor("B").dtype, design.tensor("B").shape) == ("bfp16ebs8", (1024 * 512 // 8,))
     assert design.tensor("B").nbytes == packed_b_size(1024, 512)
@@ -157,7 +160,7 @@ def test_b_moves_in_bfp16ebs8_blocks_never_bytes():
     ids=["resident", "streamed", "trailing-column-group"],
 )
 def test_simulation_matches_the_reference(shape):
-    within_tolerance(FLMGemm(*shape).resolve(NPU2))
+    within_tolerance(FLMGemm(**dict(zip("MKN", shape))).resolve(NPU2))
 
 
 @pytest.mark.parametrize(
@@ -180,17 +183,73 @@ def test_simulation_runs_the_epilogues_and_formats(params):
     ids=["resident", "streamed", "k512"],
 )
 def test_simulation_on_npu1_bf16(shape):
-    within_tolerance(FLMGemm(*shape, b_format="bf16", epilogue="silu").resolve(NPU1))
+    within_tolerance(
+        FLMGemm(**dict(zip("MKN", shape)), b_format="bf16", epilogue="silu").resolve(NPU1)
+    )
 
 
 def test_simulation_of_a_llama_1b_projection():
-    within_tolerance(FLMGemm(256, 2048, 512).resolve(NPU2))  # k/v at M = 256
+    within_tolerance(FLMGemm(M=256, K=2048, N=512).resolve(NPU2))  # k/v at M = 256
 
 
 def test_simulation_on_a_narrower_array():
-    op = FLMGemm(512, 1024, 640).resolve(Device.from_name("npu2", columns=4))
+    op = FLMGemm(M=512, K=1024, N=640).resolve(Device.from_name("npu2", columns=4))
     assert op.configuration().endswith("_npu2x4") and check(design_of(op)).ok
     within_tolerance(op)
+
+
+# ---- M per call: one capacity, the rows past M zeroed by the cores ----------------------------
+
+CAPACITY = FLMGemm(K=512, N=1024, max_M=768, epilogue="sigmoid").resolve(NPU2)
+
+
+def test_one_image_serves_every_m_of_a_capacity():
+    designs = [CAPACITY.sequence(M=m) for m in (256, 512, 768)]
+    image = {canonical((d.name, d.fifos, d.links, d.workers, d.params, d.tensors)) for d in designs}
+    assert len(image) == 1  # the same tensors too: A and C hold max_M rows
+    assert len({d.sequence for d in designs}) == 3
+    assert [CAPACITY.runtime_params(M=m)["zeros_0"] for m in (256, 512, 768)] == [32, 16, 0]
+
+
+@pytest.mark.parametrize("M", [256, 512, 768])
+def test_rows_past_m_are_exactly_the_references_zeros(M):
+    """Rows below M within tolerance; rows M.. bit for bit the reference's
+    zeros (not the epilogue of 0: sigmoid(0) is 0.5)."""
+    op = CAPACITY.at(M)
+    c, traffic, reference, data = simulated(op)
+    assert compare(c[:M], reference[:M], op.tolerance(inputs=data)).passed
+    assert np.array_equal(c[M:].view(np.uint16), reference[M:].view(np.uint16))
+    assert not np.any(c[M:].view(np.uint16))
+    assert traffic.tensors["A"].read == M * 512 * 2  # A's rows past M stay in DDR
+    assert traffic.tensors["C"].written == 768 * 1024 * 2
+
+
+def ones_model(c) -> None:
+    """A zero kernel gone wrong: ones."""
+    c[:] = 1
+
+
+def test_a_wrong_zeroing_fails():
+    """The zero rows as the design makes them, corrupted three ways: a
+    zero count one short deadlocks the call; no zero drains leave rows
+    never written; a zero kernel writing anything else changes C."""
+    op = CAPACITY.at(256)
+    a, b = inputs(op)
+    tensors = {"A": a, "B": flm_design.b_blocks(b, op.b_format)}
+    design, params = flm_design.build(op), flm_design.runtime_params(op)
+    short = {**params, "zeros_3": params["zeros_3"] - 1}
+    with pytest.raises(DeadlockError, match="finish of group zero0"):
+        simulate(design, tensors, short)
+    kept = tuple(s for s in design.sequence if not str(getattr(s, "group", "")).startswith("zero"))
+    none = {k: 0 if k.startswith("zeros_") else v for k, v in params.items()}
+    with pytest.raises(CoverageError, match=r"never written \(first C\[256, 0\]\)"):
+        simulate(attrs.evolve(design, sequence=kept), tensors, none)
+    good = flm_design.run(op, a, b)["C"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(flm_design, "zero_model", ones_model)
+        bad = flm_design.run(op, a, b)["C"]
+    assert np.array_equal(bad[:256].view(np.uint16), good[:256].view(np.uint16))
+    assert not np.array_equal(bad[256:].view(np.uint16), good[256:].view(np.uint16))
 
 
 # ---- DDR traffic, from the simulator's byte counters -----------------------------------------
@@ -198,7 +257,7 @@ def test_simulation_on_a_narrower_array():
 
 def test_resident_b_is_read_once():
     M, K, N = 1024, 1536, 1024  # 4 units, 3 k-blocks: resident
-    op = FLMGemm(M, K, N).resolve(NPU2)
+    op = FLMGemm(M=M, K=K, N=N).resolve(NPU2)
     traffic = within_tolerance(op)
     assert traffic.tensors["B"].read == packed_b_size(K, N)
     assert traffic.tensors["A"].read == 2 * M * K * 2  # once per group of 8 column blocks
@@ -207,21 +266,21 @@ def test_resident_b_is_read_once():
 
 def test_streamed_b_is_read_once_per_unit():
     M, K, N = 768, 5120, 512  # 3 units, 10 k-blocks > 8 slots
-    op = FLMGemm(M, K, N).resolve(NPU2)
+    op = FLMGemm(M=M, K=K, N=N).resolve(NPU2)
     assert not op.program().slabs[0].resident
     traffic = within_tolerance(op)
     assert traffic.tensors["B"].read == 3 * packed_b_size(K, N)
 
 
 def test_the_naive_schedule_reads_b_once_per_unit():
-    op = FLMGemm(1024, 1024, 512).resolve(NPU2)
+    op = FLMGemm(M=1024, K=1024, N=512).resolve(NPU2)
     traffic = within_tolerance(op, op.program(resident=False))
     assert traffic.tensors["B"].read == 4 * packed_b_size(1024, 512)
 
 
 def test_two_resident_slabs_read_b_twice():
     locks3 = attrs.evolve(NPU2, max_lock_value=3)  # 6 units: two slabs of 3
-    op = FLMGemm(256 * 6, 1024, 512).resolve(locks3)
+    op = FLMGemm(M=256 * 6, K=1024, N=512).resolve(locks3)
     assert [(s.units, s.resident) for s in op.program().slabs] == [(3, True), (3, True)]
     assert check(design_of(op)).ok
     assert within_tolerance(op).tensors["B"].read == 2 * packed_b_size(1024, 512)
@@ -229,7 +288,7 @@ def test_two_resident_slabs_read_b_twice():
 
 def test_uneven_slabs_run_from_two_slab_classes():
     locks2 = attrs.evolve(NPU1, max_lock_value=2)  # 5 units: 2, 2, 1
-    op = FLMGemm(256 * 5, 1024, 256, b_format="bf16").resolve(locks2)
+    op = FLMGemm(M=256 * 5, K=1024, N=256, b_format="bf16").resolve(locks2)
     assert [s.units for s in op.program().slabs] == [2, 2, 1]
     params = flm_design.runtime_params(op)
     assert [params[k] for k in ("slabs_big", "units_big", "slabs_small", "units_small")] == [
@@ -243,7 +302,9 @@ def test_uneven_slabs_run_from_two_slab_classes():
 
 # ---- the simulator reads the program: corrupt it and C changes -----------------------------
 
-OP = FLMGemm(512, 1024, 1024).resolve(NPU2)  # resident: 2 units, 2 k-blocks, 8 columns x 2 blocks
+OP = FLMGemm(M=512, K=1024, N=1024).resolve(
+    NPU2
+)  # resident: 2 units, 2 k-blocks, 8 columns x 2 blocks
 
 
 def with_statement(op, pick, change):
@@ -302,7 +363,7 @@ def test_a_wrong_a_stride_changes_c(clean):
 
 
 def test_a_wrong_unit_stride_in_a_streamed_b_changes_only_that_unit():
-    op = FLMGemm(512, 5120, 512).resolve(NPU2)  # B re-read per unit (iteration stride 0)
+    op = FLMGemm(M=512, K=5120, N=512).resolve(NPU2)  # B re-read per unit (iteration stride 0)
     clean = run_design(op, design_of(op))
     change = moved(strides=(4096, 0, 0, 1))  # unit 1 starts a k-block later
     c = run_design(op, with_statement(op, fill_of("B0_in"), change))
@@ -388,7 +449,7 @@ def test_b_fill_taps_are_blocks_of_the_column_block():
 
 
 def test_the_counters_equal_the_transfers_patterns():
-    op = FLMGemm(256, 512, 1024).resolve(NPU2)
+    op = FLMGemm(M=256, K=512, N=1024).resolve(NPU2)
     a, b = inputs(op)
     run = flm_design.run(op, a, b)
     measured = {name: m.read + m.written for name, m in run.traffic.tensors.items()}

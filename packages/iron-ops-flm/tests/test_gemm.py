@@ -18,13 +18,21 @@ REFUSALS = [
     (
         dict(M=100, K=512, N=512),
         None,
-        "FLMGemm: M=100: a positive multiple of 64 (one core's rows)",
+        "FLMGemm: max_M=100: a positive multiple of 64 (one core's rows)",
     ),
     (
         dict(M=320, K=512, N=512),
         NPU2,
-        "FLMGemm: M=320: a multiple of 256 on npu2 (64 rows x 4 compute rows)",
+        "FLMGemm: max_M=320: a multiple of 256 on npu2 (64 rows x 4 compute rows)",
     ),
+    (
+        dict(M=320, K=512, N=512, max_M=1024),
+        NPU2,
+        "FLMGemm: M=320: a positive multiple of 256 on npu2 (64 rows x 4 compute rows)",
+    ),
+    (dict(M=0, K=512, N=512, max_M=256), None, "FLMGemm: M=0: a positive multiple of 64"),
+    (dict(M=512, K=512, N=512, max_M=256), None, "FLMGemm: M=512: at most max_M=256 (A's rows)"),
+    (dict(K=512, N=512), None, "FLMGemm: max_M: give the capacity max_M, or M"),
     (dict(M=256, K=1000, N=512), None, "FLMGemm: K=1000: a positive multiple of 512 (one k-block)"),
     (dict(M=256, K=512, N=0), None, "FLMGemm: N=0: positive"),
     (dict(M=256, K=512, N=1000, tile_n=64), None, "FLMGemm: N=1000: a multiple of tile_n=64"),
@@ -91,7 +99,7 @@ def test_refusals_name_the_parameter_and_the_rule(params, device, message):
 
 
 def test_device_facts_need_a_device():
-    op = FLMGemm(256, 1024, 512)
+    op = FLMGemm(M=256, K=1024, N=512)
     for ask in (op.configuration, op.pool, op.program):
         with pytest.raises(OperatorError, match="FLMGemm: device: needs a device"):
             ask()
@@ -100,7 +108,7 @@ def test_device_facts_need_a_device():
     with pytest.raises(OperatorError, match=r"B: shape \(512, 512\), expected \(1024, 512\)"):
         op.resolve(NPU2).pack_b(np.zeros((512, 512)))
     with pytest.raises(OperatorError, match="tile_n=None: unset; construct without device="):
-        FLMGemm(256, 1024, 512, device=NPU2)
+        FLMGemm(M=256, K=1024, N=512, device=NPU2)
     with pytest.raises(OperatorError, match="the error budget is per architecture"):
         op.tolerance()
 
@@ -110,13 +118,13 @@ def tunables(op):
 
 
 def test_tunables_follow_the_device_and_k():
-    assert tunables(FLMGemm(256, 512, 1024).resolve(NPU2)) == (128, 32, 64)
-    assert tunables(FLMGemm(256, 512, 576).resolve(NPU2)) == (64, 128, 32)  # N refuses 128
-    assert tunables(FLMGemm(256, 1024, 1024).resolve(NPU2)) == (64, 128, 32)
-    assert tunables(FLMGemm(256, 512, 1024, b_format="bf16").resolve(NPU1)) == (64, 128, 32)
-    only_none = FLMGemm(256, 512, 1024, b_format="bf16", epilogue_modes=["none"])
+    assert tunables(FLMGemm(M=256, K=512, N=1024).resolve(NPU2)) == (128, 32, 64)
+    assert tunables(FLMGemm(M=256, K=512, N=576).resolve(NPU2)) == (64, 128, 32)  # N refuses 128
+    assert tunables(FLMGemm(M=256, K=1024, N=1024).resolve(NPU2)) == (64, 128, 32)
+    assert tunables(FLMGemm(M=256, K=512, N=1024, b_format="bf16").resolve(NPU1)) == (64, 128, 32)
+    only_none = FLMGemm(M=256, K=512, N=1024, b_format="bf16", epilogue_modes=["none"])
     assert only_none.resolve(NPU1).tile_ma == 16  # no activation LUT to reserve
-    assert tunables(FLMGemm(256, 1024, 1024, tile_n=32).resolve(NPU2)) == (32, 32, 64)
+    assert tunables(FLMGemm(M=256, K=1024, N=1024, tile_n=32).resolve(NPU2)) == (32, 32, 64)
 
 
 def test_l1_fit_defaults():
@@ -133,18 +141,20 @@ def test_l1_fit_defaults():
 def test_one_configuration_serves_every_shape():
     shapes = [(512, 1024, 1024), (2048, 2048, 8192), (256, 8192, 2048)]
     variants = [dict(), dict(epilogue="silu"), dict(epilogue="gelu", clamp=(-4, 4))]
-    ops = [FLMGemm(*shape, **v).resolve(NPU2) for shape in shapes for v in variants]
+    ops = [
+        FLMGemm(**dict(zip("MKN", shape)), **v).resolve(NPU2) for shape in shapes for v in variants
+    ]
     assert {op.configuration() for op in ops} == {
         "FLM_GEMM_tn64_ck128_ma32_mc1_emf_conv_even_bfp16_npu2"
     }
     assert len({op.identity() for op in ops}) == len(ops)
-    assert FLMGemm(512, 1024, 1024).configuration(NPU2) == ops[0].configuration()
+    assert FLMGemm(M=512, K=1024, N=1024).configuration(NPU2) == ops[0].configuration()
     others = {
-        FLMGemm(512, 1024, 1024, rounding="floor").configuration(NPU2),
-        FLMGemm(512, 1024, 1024, tile_n=32).configuration(NPU2),
-        FLMGemm(512, 1024, 1024, epilogue_modes=("none", "silu")).configuration(NPU2),
-        FLMGemm(512, 1024, 1024, b_format="bf16").configuration(NPU1),
-        FLMGemm(512, 1024, 1024).configuration(Device.from_name("npu2", columns=4)),
+        FLMGemm(M=512, K=1024, N=1024, rounding="floor").configuration(NPU2),
+        FLMGemm(M=512, K=1024, N=1024, tile_n=32).configuration(NPU2),
+        FLMGemm(M=512, K=1024, N=1024, epilogue_modes=("none", "silu")).configuration(NPU2),
+        FLMGemm(M=512, K=1024, N=1024, b_format="bf16").configuration(NPU1),
+        FLMGemm(M=512, K=1024, N=1024).configuration(Device.from_name("npu2", columns=4)),
     }
     assert others == {
         "FLM_GEMM_tn64_ck128_ma32_mc1_emf_floor_bfp16_npu2",
@@ -156,13 +166,13 @@ def test_one_configuration_serves_every_shape():
 
 
 def test_arg_specs():
-    specs = FLMGemm(256, 1024, 512).resolve(NPU2).arg_specs()
+    specs = FLMGemm(M=256, K=1024, N=512).resolve(NPU2).arg_specs()
     assert [s.describe() for s in specs] == [
         ["A", [256, 1024], "bf16", "in"],
         ["B", [1024 * 512 // 8, 9], "uint8", "in"],
         ["C", [256, 512], "bf16", "out"],
     ]
-    bf16_specs = FLMGemm(256, 1024, 512, b_format="bf16").arg_specs()
+    bf16_specs = FLMGemm(M=256, K=1024, N=512, b_format="bf16").arg_specs()
     assert bf16_specs[1].describe() == ["B", [1024 * 512], "bf16", "in"]
 
 
@@ -181,7 +191,9 @@ def float64_epilogue(x, epilogue):
 @pytest.mark.parametrize("rounding", list(Rounding))
 def test_reference_against_float64(epilogue, rounding):
     clamp = (-0.125, 5.0) if epilogue is Epilogue.SILU else None
-    op = FLMGemm(256, 1536, 320, epilogue=epilogue, rounding=rounding, clamp=clamp).resolve(NPU2)
+    op = FLMGemm(M=256, K=1536, N=320, epilogue=epilogue, rounding=rounding, clamp=clamp).resolve(
+        NPU2
+    )
     a, b = op.example_inputs(np.random.default_rng(1))
     dense = op.unpack_b(b).astype(np.float64)
     exact = float64_epilogue(a.astype(np.float64) @ dense, epilogue)
@@ -199,7 +211,7 @@ def test_reference_against_float64(epilogue, rounding):
 
 
 def test_tolerance_tracks_the_accumulated_mass():
-    op = FLMGemm(256, 1024, 512).resolve(NPU2)
+    op = FLMGemm(M=256, K=1024, N=512).resolve(NPU2)
     a, b = op.example_inputs(np.random.default_rng(2))
     dense = op.unpack_b(b)
     mass = 1024 * np.abs(a.astype(np.float64)).mean() * np.abs(dense.astype(np.float64)).mean()
@@ -211,17 +223,18 @@ def test_tolerance_tracks_the_accumulated_mass():
     assert math.isclose(default, 0.004 * 1024 * 4 * math.sqrt(2 / math.pi) * 2)
     assert math.isclose(default, tolerance.atol, rel_tol=0.02)
     assert math.isclose(
-        FLMGemm(256, 1024, 512, rounding="floor").tolerance(NPU2).atol, default * 0.05 / 0.004
+        FLMGemm(M=256, K=1024, N=512, rounding="floor").tolerance(NPU2).atol, default * 0.05 / 0.004
     )
     assert math.isclose(
-        FLMGemm(256, 1024, 512, b_format="bf16").tolerance(NPU1).atol, default * 0.0002 / 0.004
+        FLMGemm(M=256, K=1024, N=512, b_format="bf16").tolerance(NPU1).atol,
+        default * 0.0002 / 0.004,
     )
-    silu = FLMGemm(256, 1024, 512, epilogue="silu").resolve(NPU2)
+    silu = FLMGemm(M=256, K=1024, N=512, epilogue="silu").resolve(NPU2)
     assert math.isclose(silu.tolerance().atol, 0.004 * 1024 * 0.5 * math.sqrt(2 / math.pi) * 0.25)
 
 
 def test_tolerance_rejects_a_misread_b():
-    op = FLMGemm(256, 1024, 512).resolve(NPU2)
+    op = FLMGemm(M=256, K=1024, N=512).resolve(NPU2)
     a, b = op.example_inputs(np.random.default_rng(3))
     expected = op.reference(a, b)
     misread = attrs.evolve(op, tile_n=32, ct_k=32).reference(a, b)  # the same bytes, another order
@@ -234,9 +247,9 @@ def test_pack_b_uses_the_resolved_layout_and_rounding():
     B = (rng.standard_normal((1024, 256)) * 4).astype(np.float32)
     packed = {}
     for rounding in Rounding:
-        op = FLMGemm(256, 1024, 256, rounding=rounding).resolve(NPU2)
+        op = FLMGemm(M=256, K=1024, N=256, rounding=rounding).resolve(NPU2)
         packed[rounding] = op.pack_b(B)
         assert np.array_equal(packed[rounding], packing.pack_b(B, 64, 128, "bfp16", rounding))
     assert not np.array_equal(packed[Rounding.FLOOR], packed[Rounding.CONV_EVEN])
-    bf16 = FLMGemm(256, 1024, 256, b_format="bf16", tile_n=128).resolve(NPU1)
+    bf16 = FLMGemm(M=256, K=1024, N=256, b_format="bf16", tile_n=128).resolve(NPU1)
     assert np.array_equal(bf16.pack_b(B), packing.pack_b(B, 128, 32, "bf16"))

@@ -18,7 +18,7 @@ from iron.design.manifest import (
     shipped_problems,
 )
 from iron.ops.flm import FLMGemm
-from iron.ops.flm.design import drain_model, mm_model
+from iron.ops.flm.design import drain_model, mm_model, zero_model
 from iron.ops.flm.packing import BFormat, Rounding
 
 MANIFEST = load("iron.ops.flm")
@@ -56,7 +56,7 @@ def test_the_kernels_the_designs_name_are_written_vectorised_without_libm():
     ],
 )
 def test_other_configurations_call_listed_kernels(params, device):
-    op = FLMGemm(256 if device is NPU1 else 512, 1024, 512, **params).resolve(device)
+    op = FLMGemm(M=256 if device is NPU1 else 512, K=1024, N=512, **params).resolve(device)
     assert design_problems(design_of(op), [MANIFEST]) == []
 
 
@@ -102,3 +102,11 @@ def test_the_drain_model_is_within_its_tanh_of_the_float64_epilogue(arch, epilog
     tanh_error = 0.0051 if arch == "aie2" else 2**-9
     allowed = (0.5 * tanh_error) * (1 if epilogue == 3 else np.abs(xs)) + 2**-8 * np.abs(exact)
     assert np.all(np.abs(c.astype(np.float64) - exact) <= allowed + 1e-6)
+
+
+def test_the_zero_model_writes_positive_zeros_over_anything():
+    """iron_flm_zero_bf16 stores aie::zeros: +0.0 bits in every lane,
+    whatever the chunk held."""
+    c = np.full(512, np.nan, bf16)
+    zero_model(c)
+    assert not np.any(c.view(np.uint16))

@@ -25,7 +25,7 @@ def test_pool_sizes():
     pool = memtile_pool(NPU1, 64, BFormat.BF16)
     assert pool.slots == 5 and pool.free_bytes == 0
     assert pool.a_bytes + pool.c_bytes + 5 * pool.slot_bytes == NPU1.memtile_bytes
-    assert FLMGemm(256, 1024, 512, b_format="bf16").pool(NPU1) == pool
+    assert FLMGemm(M=256, K=1024, N=512, b_format="bf16").pool(NPU1) == pool
 
 
 def test_pool_follows_the_device():
@@ -34,11 +34,11 @@ def test_pool_follows_the_device():
     tiny = attrs.evolve(NPU2, memtile_bytes=200 * 1024)
     assert memtile_pool(tiny, 64, BFormat.BFP16).slots == 0
     with pytest.raises(OperatorError, match="tile_n=64: leaves no room for one 36864-byte B slot"):
-        FLMGemm(256, 1024, 512).resolve(tiny)
+        FLMGemm(M=256, K=1024, N=512).resolve(tiny)
 
 
 def slabs(M, K, N=1024, device=NPU2, **params):
-    program = FLMGemm(M, K, N, **params).program(device)
+    program = FLMGemm(M=M, K=K, N=N, **params).program(device)
     return [(s.first, s.units, s.resident, s.b_slots, s.b_uses) for s in program.slabs]
 
 
@@ -65,7 +65,7 @@ def test_slab_cuts_follow_the_device_limits():
     short = attrs.evolve(NPU2, task_queue_depth=2, max_repeat_count=32)
     assert slabs(256 * 48, 10240) == [(0, 48, False, 8, 1)]
     assert slabs(256 * 48, 10240, device=short) == [(0, 24, False, 8, 1), (24, 24, False, 8, 1)]
-    program = FLMGemm(256 * 48, 10240, 1024).program(short)
+    program = FLMGemm(M=256 * 48, K=10240, N=1024).program(short)
     assert [s.fill_passes for s in program.slabs] == [60, 60]
     assert pushes(2, 60, short) == [Push(0, 32), Push(0, 28), Push(1, 32), Push(1, 28)]
     # a shim transfer iterates at most 64 times: 65 streamed units take two slabs
@@ -76,7 +76,7 @@ def test_a_shape_no_slab_fits_is_refused():
     # one unit of 12 k-blocks over 6 slots is 2 passes; a queue of 1 x 1 holds 1
     one = attrs.evolve(NPU2, task_queue_depth=1, max_repeat_count=1)
     with pytest.raises(OperatorError) as refusal:
-        FLMGemm(256, 6144, 1024).resolve(one)
+        FLMGemm(M=256, K=6144, N=1024).resolve(one)
     assert isinstance(refusal.value, ValueError)
     assert "FLMGemm: K=6144: even a one-unit slab needs more passes" in str(refusal.value)
     assert "1 pushes of 1 can queue" in str(refusal.value)
@@ -91,7 +91,7 @@ def tasks(design, kind, **fields):
 
 
 def test_resident_sequence():
-    op = FLMGemm(512, 1024, 1024).resolve(NPU2)  # tile_n 64, 2 units, 2 k-blocks, 2 blocks
+    op = FLMGemm(M=512, K=1024, N=1024).resolve(NPU2)  # tile_n 64, 2 units, 2 k-blocks, 2 blocks
     design = design_of(op)
     assert tasks(design, SetLock, link="pool5") == [SetLock("pool5", 0, 2), SetLock("pool5", 1, 2)]
     (fill,) = tasks(design, PoolTask, link="pool5", fill=True)
@@ -116,7 +116,7 @@ def test_resident_sequence():
 
 
 def test_streamed_sequence():
-    design = design_of(FLMGemm(512, 6144, 1024).resolve(NPU2))
+    design = design_of(FLMGemm(M=512, K=6144, N=1024).resolve(NPU2))
     fill = tasks(design, PoolTask, link="pool0", fill=True)
     assert [t.repeat_count for t in fill] == [6]  # 3 passes per block, both blocks in one push
     assert fill[0].bds == tuple(SlotBd(i, 1, 1) for i in range(8))
@@ -127,16 +127,18 @@ def test_streamed_sequence():
 def test_pushes_split_at_the_repeat_count():
     assert pushes(1, 600, NPU2) == [Push(0, 256), Push(0, 256), Push(0, 88)]
     short = attrs.evolve(NPU2, max_repeat_count=64)  # 48 x 20 / 8 = 120 passes
-    design = design_of(FLMGemm(256 * 48, 10240, 512).resolve(short))
+    design = design_of(FLMGemm(M=256 * 48, K=10240, N=512).resolve(short))
     drains = tasks(design, PoolTask, link="pool0", fill=False)
     assert [t.repeat_count for t in drains] == [64, 56]
 
 
 def test_trailing_partial_column_group():
-    design = design_of(FLMGemm(256, 512, 1536).resolve(NPU2))  # tile_n 128: 12 tiles, 8 columns
+    design = design_of(
+        FLMGemm(M=256, K=512, N=1536).resolve(NPU2)
+    )  # tile_n 128: 12 tiles, 8 columns
     assert [len(tasks(design, Fill, fifo=f"B{c}_in")) for c in range(8)] == [2] * 4 + [1] * 4
     assert all(len(tasks(design, Fill, fifo=f"A{r}")) == 2 for r in range(4))  # every row, twice
     assert [t.repeat_count for t in tasks(design, PoolTask, link="pool6", fill=True)] == [1]
-    narrow = design_of(FLMGemm(256, 1024, 128).resolve(NPU2))  # 2 tiles: 6 columns idle
+    narrow = design_of(FLMGemm(M=256, K=1024, N=128).resolve(NPU2))  # 2 tiles: 6 columns idle
     assert [len(tasks(narrow, Fill, fifo=f"B{c}_in")) for c in range(8)] == [1, 1, 0, 0, 0, 0, 0, 0]
     assert not tasks(narrow, SetLock, link="pool7") and not tasks(narrow, PoolTask, link="pool7")

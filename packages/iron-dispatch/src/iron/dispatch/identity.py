@@ -78,7 +78,8 @@ class Sources:
 def key_text(runlist: Runlist, layout: Layout, image_parts: dict, sources: Sources) -> str:
     """Everything that decides what an image is, as text: sources, every
     step's operator identity (object addresses are refused by
-    `Operator.identity_text`), buffers and bindings, the layout, and
+    `Operator.identity_text`), buffers, bindings and the values of the
+    per-call members it leaves unbound, the layout, and
     `image_parts` (backend, mode, flags, device); `sources` digests the code."""
     classes = sorted(
         {type(s.op) for s in runlist.steps}, key=lambda c: (c.__module__, c.__qualname__)
@@ -89,7 +90,11 @@ def key_text(runlist: Runlist, layout: Layout, image_parts: dict, sources: Sourc
     for s in runlist.steps:
         text = texts.get(s.op) or texts.setdefault(s.op, s.op.identity_text())
         bound = f" {sorted((m, str(e)) for m, e in s.bindings.items())}" if s.bindings else ""
-        lines.append(f"step {text} {s.args}{bound}")
+        # a per-call member left unbound runs at its field value, which the
+        # identity leaves out (FLMGemm(max_M=512, M=256) is max_M=512's build)
+        unbound = [(m, getattr(s.op, m)) for m in s.op.per_call_members() if m not in s.bindings]
+        fixed = f" defaults {unbound}" if unbound else ""
+        lines.append(f"step {text} {s.args}{bound}{fixed}")
     lines += [f"layout {arena} {sorted(table.items())}" for arena, table in layout.arenas.items()]
     lines.append(f"host-addressed {sorted(layout.host_addressed)}")
     lines += [f"{k} {v}" for k, v in sorted(image_parts.items())]

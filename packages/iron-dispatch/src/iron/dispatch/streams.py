@@ -71,7 +71,8 @@ class Streams:
 
     def __init__(self, cache=None) -> None:
         self.cache = cache
-        self._lowered: dict[str, tuple[Lowered, str]] = {}  # key -> (lowered, digest)
+        #: (configuration key, rtp) -> (lowered, its digest)
+        self._lowered: dict[tuple, tuple[Lowered, str]] = {}
         self._streams: collections.OrderedDict[tuple, Stream] = collections.OrderedDict()
         self._instructions: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
         #: id(design) -> (a weak reference to it, `design_key(design)`): a
@@ -140,7 +141,12 @@ class Streams:
                 return found
         lowered, configuration = self.configuration(op, base, rtp)
         design = design_at(op, base, values)
-        if not self._same_configuration(design, base):
+        # operators that name one configuration may lower it from another
+        # step's design: this one must make it too
+        if not (
+            self._same_configuration(design, base)
+            and self._same_configuration(base, lowered.design)
+        ):
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
                 f"from the one its image holds ({base.name}); a dispatch-time value may change "

@@ -1,7 +1,7 @@
 """The Gemma 4 text forward as one IRON graph function on the FLM family.
 
     forward = gemma_graph(config, packed, max_seq_len, chunk)
-    logits = forward(x, ple, begin=..., end=..., last=...)
+    logits = forward(x, ple, begin=..., end=..., last=..., product_rows=...)
 
 `x` (rows, hidden) holds the tokens' scaled embeddings (gathered and scaled
 on the host), `ple` (layers, rows, per_layer) their per-layer embeddings
@@ -18,7 +18,11 @@ KV caches:
   GELU and sums by iron-ops-eltwise, attention by `PrefillAttention` /
   `PrefillSlidingAttention` (the source layer writes the cache after its
   queries read it; shared layers read that cache and the source's chunk
-  keys), then row `last` of the chunk through `LMHead`.
+  keys), then row `last` of the chunk through `LMHead`. The projections
+  compute the chunk's first `product_rows` rows (end - begin rounded up to
+  FLMGemm's rows per unit, `GemmaGraph.product_rows`; M bound per call),
+  their rows past it zeros: a short last chunk costs its rows, not the
+  chunk's.
 
 Caches: a full-attention layer's (2, max_seq_len, kv_heads, global_head_dim),
 row p position p; a sliding layer's a ring (2, sliding_window, kv_heads,
@@ -256,7 +260,13 @@ class GemmaGraph:
 
     # ---- recording ----
 
-    def forward(self, g, x, ple, *, begin, end, last):
+    def product_rows(self, n: int) -> int:
+        """The rows a prefill chunk of `n` query rows has its projections
+        compute: n rounded up to FLMGemm's M unit (64 x compute rows)."""
+        unit = self.gemm(0, "q").unit_rows
+        return min(self.chunk, -(-n // unit) * unit)
+
+    def forward(self, g, x, ple, *, begin, end, last, product_rows):
         c = self.config
         w = {name: g.weight(name, array) for name, array in self.weights.items()}
         caches = {
@@ -266,7 +276,7 @@ class GemmaGraph:
         }
         if x.shape[0] == 1:
             return self._decode(g, w, caches, x, ple, begin)
-        return self._prefill(g, w, caches, x, ple, begin, end, last)
+        return self._prefill(g, w, caches, x, ple, begin, end, last, product_rows)
 
     def _decode(self, g, w, caches, x, ple, position):
         c, hidden = self.config, self.config.hidden_size
@@ -300,7 +310,7 @@ class GemmaGraph:
         return g(copy, table.reshape(table.shape[0] * d), angles.reshape(rows * d),
                  in_offset=begin * d, out_offset=0).reshape(rows, d)  # fmt: skip
 
-    def _prefill(self, g, w, caches, x, ple, begin, end, last):
+    def _prefill(self, g, w, caches, x, ple, begin, end, last, product_rows):
         c, rows = self.config, self.chunk
         hidden, heads, kv = c.hidden_size, c.num_attention_heads, c.num_key_value_heads
         angles = {kind: self._angles(g, w, kind, begin) for kind in sorted(set(c.layer_types))}
@@ -311,7 +321,10 @@ class GemmaGraph:
             key = f"model.layers.{i}."
 
             def gemm(name, a, i=i):
-                return g(self.gemm(i, name), a, w[f"layers.{i}.prefill.{name}"])
+                op = self.gemm(i, name)
+                # a folded product's rows are a fraction of the chunk's: all computed
+                bound = {"M": product_rows} if op.max_M == rows else {}
+                return g(op, a, w[f"layers.{i}.prefill.{name}"], **bound)
 
             def heads_norm(t, n, weight, i=i, d=d):
                 op = self._norm(d, rows * n, weighted=weight is not None)
@@ -341,7 +354,7 @@ class GemmaGraph:
             m = g(self._norm(hidden, rows), m, w[key + "post_feedforward_layernorm.weight"])
             x = g(ElementwiseAdd(size=rows * hidden), x, m)
             if c.per_layer:
-                x = self._per_layer_branch(g, w, i, x, x0, ple, gemm)
+                x = self._per_layer_branch(g, w, i, x, x0, ple, gemm, product_rows)
             scalar = self.scalars[i]
             if scalar != 1.0:
                 scaled = g(AXPY(size=rows * hidden, scalar_factor=scalar),
@@ -352,11 +365,11 @@ class GemmaGraph:
         row = g(pick, x.reshape(rows * hidden), row, in_offset=last * hidden, out_offset=0)
         return g(self.head(), row, w["model.norm.weight"], w["head"])
 
-    def _per_layer_branch(self, g, w, i, x, x0, ple, gemm):
+    def _per_layer_branch(self, g, w, i, x, x0, ple, gemm, product_rows):
         c, rows = self.config, self.chunk
         hidden, size = c.hidden_size, c.per_layer
         key = f"model.layers.{i}."
-        projected = g(self.per_layer_gemm(), x0, w[f"per_layer.{i}.prefill"])
+        projected = g(self.per_layer_gemm(), x0, w[f"per_layer.{i}.prefill"], M=product_rows)
         # rms_norm_eps(W x * hidden^-1/2) is rms_norm_{eps * hidden}(W x)
         eps = c.rms_norm_eps * hidden
         normed = g(self._norm(size, rows, eps=eps), projected, w["per_layer.norm"])
@@ -378,12 +391,14 @@ def gemma_graph(
     """The graph function of a packed model (see the module docstring)."""
     if plan.config.per_layer:
 
-        def gemma(g, x, ple, *, begin, end, last):
-            return plan.forward(g, x, ple, begin=begin, end=end, last=last)
+        def gemma(g, x, ple, *, begin, end, last, product_rows):
+            return plan.forward(g, x, ple, begin=begin, end=end, last=last,
+                                product_rows=product_rows)  # fmt: skip
 
     else:
 
-        def gemma(g, x, *, begin, end, last):
-            return plan.forward(g, x, None, begin=begin, end=end, last=last)
+        def gemma(g, x, *, begin, end, last, product_rows):
+            return plan.forward(g, x, None, begin=begin, end=end, last=last,
+                                product_rows=product_rows)  # fmt: skip
 
     return graph(gemma, name="gemma", backend=backend, device=plan.device, trace_size=trace_size)

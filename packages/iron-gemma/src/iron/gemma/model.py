@@ -147,10 +147,15 @@ class Model(GraphModel):
         for begin in range(0, whole, CHUNK):
             end = min(begin + CHUNK, whole)
             inputs = self._inputs(ids[begin:end], CHUNK)
-            logits = self.forward(*inputs, begin=begin, end=end, last=end - 1 - begin)
+            rows = self.plan.product_rows(end - begin)
+            logits = self.forward(
+                *inputs, begin=begin, end=end, last=end - 1 - begin, product_rows=rows
+            )
         for pos in range(whole, len(ids)):
             logits = self.run_decode(ids[pos], pos)
         return logits
 
     def run_decode(self, token: int, pos: int) -> np.ndarray:
-        return self.forward(*self._inputs([token], 1), begin=pos, end=pos + 1, last=0)
+        # a decode computes one row: no projection reads product_rows
+        inputs = self._inputs([token], 1)
+        return self.forward(*inputs, begin=pos, end=pos + 1, last=0, product_rows=0)

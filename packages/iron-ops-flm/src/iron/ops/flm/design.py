@@ -13,11 +13,15 @@ accumulating a 64 x tile_n block of C in float32.
   column's cores; bfp16 B moves as bfp16ebs8 blocks, never as bytes;
 - C: each core drains its accumulator in CT_OUT_LEN-value chunks, joined
   per column at the memtile (one chunk per core row) and written to DDR.
+  Rows M..max_M of C (the capacity past a call's M) are written too: each
+  core then zeroes as many chunks as its column's share of those rows
+  (`iron_flm_zero_bf16`), which the sequence drains there, so C is wholly
+  defined by the design and never by the host.
 
 Every per-call value is a runtime parameter the cores read (k_iters, the
-slab cut, each column's work and idle column blocks, the epilogue and the
-clamp bounds as float32 bits) or lives in the runtime sequence: per slab
-the pool's locks are armed (`SetLock`), its fill and drain tasks pushed
+slab cut, each column's work and idle column blocks and zero chunks, the
+epilogue and the clamp bounds as float32 bits) or lives in the runtime
+sequence: per slab the pool's locks are armed (`SetLock`), its fill and drain tasks pushed
 (`PoolTask`), and A, B and C moved by shim transfers whose access patterns
 carry M, K and N. The sequence is cut into one group per (slab, column
 block, unit), so no channel queues more than the device allows.
@@ -188,6 +192,11 @@ def drain_model(acc, c, chunk, mode, lo_bits, hi_bits, *, rounding: Rounding, ar
     rows[:] = 0
 
 
+def zero_model(c) -> None:
+    """iron_flm_zero_bf16: a C chunk of zeros (a row past the call's M)."""
+    c[:] = 0
+
+
 # ---- the image ----------------------------------------------------------------------
 
 
@@ -199,7 +208,7 @@ def _b_dtype(b_format: BFormat) -> str:
     return "bfp16ebs8" if b_format is BFormat.BFP16 else "bf16"
 
 
-def _kernels(op: FLMGemm) -> tuple[Kernel, Kernel]:
+def _kernels(op: FLMGemm) -> tuple[Kernel, Kernel, Kernel]:
     arch = op.device.arch
     tile_n, ct_k, tile_ma = op.tile_n, op.ct_k, op.tile_ma
     bfp16 = op.b_format is BFormat.BFP16
@@ -243,14 +252,15 @@ def _kernels(op: FLMGemm) -> tuple[Kernel, Kernel]:
         functools.partial(drain_model, rounding=op.rounding, arch=arch),
         flags,
     )
-    return mm, drain
+    zero = Kernel("iron_flm_zero_bf16", (Memref((CT_OUT_LEN,), "bf16"),), source, zero_model, flags)
+    return mm, drain, zero
 
 
 def _core_body(op: FLMGemm, col: int, row: int) -> tuple:
     """Per slab class (the slab cut has at most two slab sizes): the column
     blocks this core works on, unit by unit, then the ones it only drains
-    A through."""
-    mm, drain = _kernels(op)
+    A through; then the zero chunks of rows M..max_M."""
+    mm, drain, zero = _kernels(op)
     a, b, c = f"A{row}_cores", f"B{col}", f"C{col}_{row}"
     k_slices, a_tiles = K_TILE // op.ct_k, M_TILE // op.tile_ma
     k_slice = [Acquire(b)]
@@ -271,6 +281,7 @@ def _core_body(op: FLMGemm, col: int, row: int) -> tuple:
             Loop(Param(f"idle_{col}"), [Loop(units, skip)]),
         )
         body.append(Loop(Param(f"slabs_{size}"), slab))
+    body.append(Loop(Param(f"zeros_{col}"), [Acquire(c), Call(zero, (Obj(c),)), Release(c)]))
     return tuple(body)
 
 
@@ -358,7 +369,7 @@ def image(op: FLMGemm) -> tuple:
         "clamp_lo",
         "clamp_hi",
         *(f"{what}_{size}" for size in ("big", "small") for what in ("slabs", "units")),
-        *(f"{what}_{c}" for c in range(cols) for what in ("work", "idle")),
+        *(f"{what}_{c}" for c in range(cols) for what in ("work", "idle", "zeros")),
     )
     return tuple(fifos), tuple(links), tuple(workers), params
 
@@ -397,9 +408,12 @@ def runtime_params(op: FLMGemm, program: Program | None = None) -> dict[str, int
         "slabs_small": small,
         "units_small": units_small,
     }
+    pad_units = op.max_M // op.unit_rows - program.units
+    per_unit = M_TILE * op.tile_n // CT_OUT_LEN  # a core's chunks of a unit's column block
     for c in range(cols):
         params[f"work_{c}"] = len(blocks[c])
         params[f"idle_{c}"] = most - len(blocks[c])
+        params[f"zeros_{c}"] = pad_units * len(blocks[c]) * per_unit
     return params
 
 
@@ -462,6 +476,28 @@ def sequence(op: FLMGemm, program: Program) -> list:
                     )
                     out.append(Drain(f"C{c}", "C", tap, group=group(j, u)))
                 out.append(Finish(group(j, u)))
+    return out + _zero_rows(op, program, blocks)
+
+
+def _zero_rows(op: FLMGemm, program: Program, blocks) -> list:
+    """Rows M..max_M of C: per column block, one drain of the zero chunks
+    its column's cores make for it (`zeros_{c}` counts them over all the
+    column's blocks), its rows in order. Every chunk holds zeros, so which
+    chunk lands where does not matter, only that each row is written once."""
+    unit_rows, N, tile_n = op.unit_rows, op.N, op.tile_n
+    pad_units = op.max_M // unit_rows - program.units
+    if pad_units == 0:
+        return []
+    out = []
+    for j in range(max(len(b) for b in blocks)):
+        for c in (c for c in range(len(blocks)) if len(blocks[c]) > j):
+            tap = TAP(
+                program.M * N + blocks[c][j] * tile_n,
+                (pad_units, unit_rows, tile_n),
+                (unit_rows * N, N, 1),
+            )
+            out.append(Drain(f"C{c}", "C", tap, group=f"zero{j}"))
+        out.append(Finish(f"zero{j}"))
     return out
 
 
@@ -472,9 +508,9 @@ def build(op: FLMGemm, program: Program | None = None) -> Design:
     fifos, links, workers, params = image(op)
     bshape = (op.K * op.N // GROUP,) if op.b_format is BFormat.BFP16 else (op.K * op.N,)
     tensors = (
-        Tensor("A", (op.M, op.K), "bf16", IN),
+        Tensor("A", (op.max_M, op.K), "bf16", IN),
         Tensor("B", bshape, _b_dtype(op.b_format), IN),
-        Tensor("C", (op.M, op.N), "bf16", OUT),
+        Tensor("C", (op.max_M, op.N), "bf16", OUT),
     )
     return Design(
         op.configuration(),
@@ -497,7 +533,7 @@ def b_blocks(packed: np.ndarray, b_format: BFormat) -> np.ndarray:
 
 
 def run(op: FLMGemm, A, B, program: Program | None = None) -> Simulation:
-    """Simulate one call of `op` (resolved) on A (M, K) bf16 and packed B
+    """Simulate one call of `op` (resolved) on A (max_M, K) bf16 and packed B
     with iron-design's simulator; `run(...)["C"]` is C and `.traffic` the
     bytes every transfer moved."""
     program = program or op.program()

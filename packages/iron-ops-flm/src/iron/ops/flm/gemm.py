@@ -1,7 +1,9 @@
 """FLMGemm: C = epilogue(A @ B), clamped, the FastFlowLM `mm` overlay's
 contract. M, K, N, the epilogue and the clamp bounds are runtime values, so
 one image per configuration serves every shape; only the per-shape program
-(`program()`, see `iron.ops.flm.schedule`) changes."""
+(`program()`, see `iron.ops.flm.schedule`) changes. M is also a per-call
+(dispatch-time) value: one operator of capacity `max_M` serves every M up
+to it, a runtime sequence per M (`sequence(M=...)`)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from iron.core import (
     OperatorError,
     Tolerance,
     bf16,
+    per_call,
     require,
     tunable,
 )
@@ -148,14 +151,18 @@ def l1_fit(
 
 @attrs.frozen
 class FLMGemm(Operator):
-    """C (M, N) = clamp(epilogue(A (M, K) @ B (K, N))), bf16 in and out,
-    B pre-packed (`pack_b`). Rules: M a multiple of 64 x compute rows, K of
-    512, N of tile_n; tile_n 64 (128 on aie2p at K = 512 when N allows);
-    only the verified (tile_n, ct_k) pairs; bfp16 B needs block-float
-    hardware. `epilogue_modes` are the activations compiled into the image;
-    `epilogue` and `clamp` select among them at run time."""
+    """C[:M] = clamp(epilogue(A[:M] @ B (K, N))) and C[M:] = 0 (exactly),
+    bf16 in and out, B pre-packed (`pack_b`). A is (max_M, K) and C
+    (max_M, N): `max_M` is the capacity, a build parameter; M, the rows a
+    call computes, is per call (`g(FLMGemm(K=.., N=.., max_M=..), a, b,
+    M=rows)`). `FLMGemm(M=256, ...)` is capacity 256 at M = 256; given
+    only max_M, M defaults to it. Rules: M and max_M multiples of 64 x
+    compute rows, M at most max_M, K a multiple of 512, N of tile_n; tile_n
+    64 (128 on aie2p at K = 512 when N allows); only the verified (tile_n,
+    ct_k) pairs; bfp16 B needs block-float hardware. `epilogue_modes` are
+    the activations compiled into the image; `epilogue` and `clamp` select
+    among them at run time."""
 
-    M: int
     K: int
     N: int
     epilogue: Epilogue = attrs.field(default=Epilogue.NONE, converter=_choice(Epilogue, "epilogue"))
@@ -168,6 +175,10 @@ class FLMGemm(Operator):
     tile_n: int | None = tunable()
     ct_k: int | None = tunable()
     tile_ma: int | None = tunable()
+    #: the capacity: A's and C's rows (part of the identity, unlike M)
+    max_M: int | None = attrs.field(default=None, kw_only=True)
+    #: the rows one call computes (filled from max_M when not given)
+    M: int | None = per_call(None)
 
     cases = (
         Case({"M": 256, "K": 512, "N": 1024}),
@@ -183,15 +194,27 @@ class FLMGemm(Operator):
             }
         ),
         Case({"M": 256, "K": 512, "N": 1536, "epilogue": "sigmoid"}),
+        Case({"K": 512, "N": 1024, "max_M": 1024, "M": 512}),
     )
 
+    def __attrs_post_init__(self) -> None:
+        # M and max_M name each other's default: fill whichever is missing
+        # before the shape rule and the checks read them
+        if self.max_M is None and self.M is None:
+            raise OperatorError("FLMGemm: max_M: give the capacity max_M, or M (the capacity then)")
+        if self.max_M is None:
+            object.__setattr__(self, "max_M", self.M)
+        if self.M is None:
+            object.__setattr__(self, "M", self.max_M)
+        super().__attrs_post_init__()
+
     @staticmethod
-    def arg_spec(M, K, N, b_format):
+    def arg_spec(max_M, K, N, b_format):
         if b_format is BFormat.BFP16:
             b = ArgSpec("B", (K * N // GROUP, GROUP_BYTES), np.uint8, IN)
         else:
             b = ArgSpec("B", (K * N,), bf16, IN)
-        return [ArgSpec("A", (M, K), bf16, IN), b, ArgSpec("C", (M, N), bf16, OUT)]
+        return [ArgSpec("A", (max_M, K), bf16, IN), b, ArgSpec("C", (max_M, N), bf16, OUT)]
 
     @property
     def k_iters(self) -> int:
@@ -202,11 +225,17 @@ class FLMGemm(Operator):
         """Whether any activation is compiled in (aie2 then links its LUTs)."""
         return any(e is not Epilogue.NONE for e in self.epilogue_modes)
 
+    @property
+    def unit_rows(self) -> int:
+        """The rows M and max_M come in: one core's 64 per compute row of
+        the device (64 before the device is known)."""
+        return M_TILE * (self.device.compute_rows if self.device is not None else 1)
+
     def validate(self) -> None:
         require(
             self,
-            "M",
-            self.M > 0 and self.M % M_TILE == 0,
+            "max_M",
+            self.max_M > 0 and self.max_M % M_TILE == 0,
             f"a positive multiple of {M_TILE} (one core's rows)",
         )
         require(
@@ -253,6 +282,22 @@ class FLMGemm(Operator):
             )
         if self.device is not None:
             self._validate_on(self.device)
+        self.check_call(M=self.M)
+
+    def check_call(self, *, M: int) -> None:
+        """Refuse a call's M before anything runs: a whole number of units
+        (64 x compute rows: a misaligned M would hang the device) up to the
+        capacity."""
+        rows, device = self.unit_rows, self.device
+        why = (
+            f"on {device.name} ({M_TILE} rows x {device.compute_rows} compute rows)"
+            if device is not None
+            else "(one core's rows)"
+        )
+        if int(M) <= 0 or int(M) % rows:
+            raise OperatorError(f"FLMGemm: M={int(M)}: a positive multiple of {rows} {why}")
+        if int(M) > self.max_M:
+            raise OperatorError(f"FLMGemm: M={int(M)}: at most max_M={self.max_M} (A's rows)")
 
     def _validate_on(self, device: Device) -> None:
         for name in ("tile_n", "ct_k"):
@@ -265,8 +310,8 @@ class FLMGemm(Operator):
         rows = device.compute_rows
         require(
             self,
-            "M",
-            self.M % (M_TILE * rows) == 0,
+            "max_M",
+            self.max_M % (M_TILE * rows) == 0,
             f"a multiple of {M_TILE * rows} on {device.name} ({M_TILE} rows x {rows} compute rows)",
         )
         require(
@@ -292,7 +337,8 @@ class FLMGemm(Operator):
             f"does not fit {device.name}'s {device.core_bytes}-byte core memory at "
             f"tile_n={self.tile_n}, ct_k={self.ct_k}, even with single-buffered B",
         )
-        units = self.M // (M_TILE * rows * M_CHUNK)
+        # a one-unit slab fitting is what every M needs (plan_slabs): max_M stands for all
+        units = self.max_M // (M_TILE * rows * M_CHUNK)
         require(
             self,
             "K",
@@ -340,23 +386,37 @@ class FLMGemm(Operator):
 
     @staticmethod
     def design(
-        M, K, N, epilogue, clamp, rounding, b_format, epilogue_modes, tile_n, ct_k, tile_ma, device
-    ):
+        max_M, M, K, N, epilogue, clamp, rounding, b_format, epilogue_modes, tile_n, ct_k,
+        tile_ma, device,
+    ):  # fmt: skip
         """The iron-design `Design` of this call: its configuration's image
         and this shape's runtime sequence (`iron.ops.flm.design`)."""
         from iron.ops.flm import design
 
-        fields = dict(M=M, K=K, N=N, epilogue=epilogue, clamp=clamp, rounding=rounding)
-        fields.update(b_format=b_format, epilogue_modes=epilogue_modes)
+        fields = dict(max_M=max_M, M=M, K=K, N=N, epilogue=epilogue, clamp=clamp)
+        fields.update(rounding=rounding, b_format=b_format, epilogue_modes=epilogue_modes)
         op = FLMGemm(**fields, tile_n=tile_n, ct_k=ct_k, tile_ma=tile_ma, device=device)
         return design.build(op)
 
-    def runtime_params(self) -> dict[str, int]:
-        """The design's parameter words, all derived from M, K, N, the
-        epilogue and the clamp: the values one image takes per call."""
+    def at(self, M: int) -> FLMGemm:
+        """This operator at a call's M (checked first)."""
+        self.check_call(M=M)
+        return self if int(M) == self.M else attrs.evolve(self, M=int(M))
+
+    def sequence(self, *, M: int):
+        """The design at a call's M: the same configuration, the runtime
+        sequence of M's rows (and of the zero rows up to max_M)."""
         from iron.ops.flm import design
 
-        return design.runtime_params(self)
+        return design.build(self.on().at(M))
+
+    def runtime_params(self, *, M: int | None = None) -> dict[str, int]:
+        """The design's parameter words at a call's M (default: the
+        operator's), all derived from M, K, N, the epilogue and the clamp:
+        the values one image takes per call."""
+        from iron.ops.flm import design
+
+        return design.runtime_params(self.at(self.M if M is None else M))
 
     def program(self, device: Device | None = None, *, resident: bool = True) -> Program:
         """The per-shape schedule as plain data. `resident=False` streams
@@ -385,13 +445,18 @@ class FLMGemm(Operator):
 
     # ---- numerics -----------------------------------------------------------
 
-    def reference(self, a, b):
+    def reference(self, a, b, *, M: int | None = None):
+        """C at the call's M (default: the operator's): rows M.. are 0."""
+        M = self.M if M is None else int(M)
+        self.check_call(M=M)
         B = self.unpack_b(b)
-        acc = np.zeros((self.M, self.N), np.float32)
+        acc = np.zeros((M, self.N), np.float32)
         for k in range(0, self.K, K_TILE):  # the accumulator's k order
-            acc += k_block_product(a[:, k : k + K_TILE], B[k : k + K_TILE])
+            acc += k_block_product(a[:M, k : k + K_TILE], B[k : k + K_TILE])
         lo, hi = self.clamp if self.clamp is not None else (-np.inf, np.inf)
-        return finish(acc, self.epilogue, lo, hi, self.rounding)
+        c = np.zeros((self.max_M, self.N), bf16)
+        c[:M] = finish(acc, self.epilogue, lo, hi, self.rounding)
+        return c
 
     @property
     def input_scale(self) -> float:
@@ -402,7 +467,7 @@ class FLMGemm(Operator):
         """A standard normal and B uniform on [0, 1), both times `input_scale`;
         B packed as this operator reads it."""
         scale = self.input_scale
-        a = (rng.standard_normal((self.M, self.K)) * scale).astype(np.float32).astype(bf16)
+        a = (rng.standard_normal((self.max_M, self.K)) * scale).astype(np.float32).astype(bf16)
         b = (rng.random((self.K, self.N)) * scale).astype(np.float32).astype(bf16)
         return [a, self.pack_b(b)]
 
@@ -410,7 +475,7 @@ class FLMGemm(Operator):
         """relative 0.04, atol = budget * mass with mass = K * mean|A| * mean|B|
         (the error tracks the accumulated magnitude, not |C|, which cancels)
         and the budget per architecture and rounding (ERROR_BUDGET), of
-        `inputs` (A, B packed or dense (K, N)) when given. Without data, the
+        `inputs` (A's first M rows, B packed or dense (K, N)) when given. Without data, the
         mass is that of `example_inputs`: K * s*sqrt(2/pi) * s/2 at scale s."""
         device = device or self.device
         if device is None:
@@ -421,4 +486,4 @@ class FLMGemm(Operator):
             return product_tolerance(budget, self.K, s * math.sqrt(2 / math.pi), s / 2)
         a, b = inputs
         dense = b if np.ndim(b) == 2 and np.shape(b) == (self.K, self.N) else self.unpack_b(b)
-        return product_tolerance(budget, self.K, mean_abs(a), mean_abs(dense))
+        return product_tolerance(budget, self.K, mean_abs(np.asarray(a)[: self.M]), mean_abs(dense))

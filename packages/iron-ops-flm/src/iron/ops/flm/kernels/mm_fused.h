@@ -6,12 +6,15 @@
 // - the drain, iron_flm_drain_bf16: one MM_FUSED_OUT_CHUNK-value chunk of
 //   the accumulator (whole rows) through the epilogue selected at run time
 //   (among those MM_FUSED_EPILOGUE_MODE_MASK compiles in), clamped, rounded
-//   once to bf16, its rows then zeroed for the next unit.
+//   once to bf16, its rows then zeroed for the next unit;
+// - the zero chunk, iron_flm_zero_bf16: MM_FUSED_OUT_CHUNK bf16 zeros, a
+//   chunk of C's rows past the call's M (up to the operator's capacity).
 //
 // Every conversion to bf16 (and, on aie2p, to bfp16) rounds in the core's
 // mode: to nearest even with ROUND_CONV_EVEN, else toward -inf (floor, the
 // mode FastFlowLM's overlay runs in); the kernels set it, never inherit it.
-// The numpy models are mm_model and drain_model in iron/ops/flm/design.py.
+// The numpy models are mm_model, drain_model and zero_model in
+// iron/ops/flm/design.py.
 #pragma once
 
 #include <aie_api/aie.hpp>
@@ -106,6 +109,13 @@ void drain(float *acc, bfloat16 *c, int32_t chunk, int32_t mode, int32_t lo_bits
     ::aie::store_v(c + i, out.to_vector<bfloat16>());
     ::aie::store_v(rows + i, ::aie::zeros<float, LANES>());
   }
+}
+
+// One chunk of C's rows past the call's M: zeros, whatever the epilogue.
+inline void zero(bfloat16 *c) {
+  static_assert(MM_FUSED_OUT_CHUNK % LANES == 0, "whole vectors");
+  for (int32_t i = 0; i < MM_FUSED_OUT_CHUNK; i += LANES)
+    ::aie::store_v(c + i, ::aie::zeros<bfloat16, LANES>());
 }
 
 } // namespace flm

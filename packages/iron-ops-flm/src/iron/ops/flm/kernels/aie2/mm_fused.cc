@@ -57,4 +57,6 @@ void iron_flm_drain_bf16(float *acc, bfloat16 *c, int32_t chunk, int32_t mode, i
   flm::drain(acc, c, chunk, mode, lo_bits, hi_bits, tanh_of);
 }
 
+void iron_flm_zero_bf16(bfloat16 *c) { flm::zero(c); }
+
 } // extern "C"
