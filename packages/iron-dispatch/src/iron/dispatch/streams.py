@@ -71,8 +71,8 @@ class Streams:
 
     def __init__(self, cache=None) -> None:
         self.cache = cache
-        #: (configuration key, rtp) -> (lowered, its digest)
-        self._lowered: dict[tuple, tuple[Lowered, str]] = {}
+        #: (configuration key, rtp) -> (lowered, its digest, the design lowered)
+        self._lowered: dict[tuple, tuple[Lowered, str, Design]] = {}
         self._streams: collections.OrderedDict[tuple, Stream] = collections.OrderedDict()
         self._instructions: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
         #: id(design) -> (a weak reference to it, `design_key(design)`): a
@@ -110,6 +110,12 @@ class Streams:
         """`design` lowered (with `rtp` as runtime-parameter words: an
         xclbin's form) and its configuration's digest: compiled once per
         configuration (`configuration_key`) and form."""
+        return self._configuration(op, design, rtp)[:2]
+
+    def _configuration(
+        self, op: Operator, design: Design, rtp: frozenset[str]
+    ) -> tuple[Lowered, str, Design]:
+        """`configuration`'s answer and the design it was lowered from."""
         key = (configuration_key(op, design, self._design_key), rtp)
         with self._lock:
             if key not in self._lowered:
@@ -119,7 +125,7 @@ class Streams:
                 self._entry(
                     "configuration", digest(text), {"configuration.txt": text}, name=design.name
                 )
-                self._lowered[key] = (lowered, digest(text))
+                self._lowered[key] = (lowered, digest(text), design)
             return self._lowered[key]
 
     def stream(
@@ -139,13 +145,12 @@ class Streams:
             if found is not None:
                 self._streams.move_to_end(key)
                 return found
-        lowered, configuration = self.configuration(op, base, rtp)
+        lowered, configuration, lowered_from = self._configuration(op, base, rtp)
         design = design_at(op, base, values)
         # operators that name one configuration may lower it from another
         # step's design: this one must make it too
         if not (
-            self._same_configuration(design, base)
-            and self._same_configuration(base, lowered.design)
+            self._same_configuration(design, base) and self._same_configuration(base, lowered_from)
         ):
             raise StreamError(
                 f"{type(op).__name__} at {_label(values)}: its design's configuration differs "
