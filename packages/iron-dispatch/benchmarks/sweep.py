@@ -8,12 +8,12 @@ projections of Llama 3.2 1B and Gemma 4 E2B), on the sim backend:
   a call at that M makes it on the simulated device (`Library.stream`,
   without simulating the call);
 - the time to generate and cache one stream (a new M) with the
-  configuration warm: building the design at that M
-  (`FLMGemm.sequence(M=...)`), checking its configuration is the image's,
-  lowering its runtime sequence against the lowered configuration
-  (`iron.design.lower.lower_stream`) and writing its cache entry, median
-  and largest over the sweep; and, apart, how much of it the build alone
-  takes;
+  configuration warm: building the runtime sequence at that M
+  (`FLMGemm.sequence(M=...)`), putting it over the image's design (its
+  statements checked against the configuration), lowering it against the
+  lowered configuration (`iron.design.lower.lower_stream`) and writing its
+  cache entry, median and largest over the sweep; and, apart, how much of
+  it building the sequence alone takes;
 - one call on a cached stream against one call on a cached whole image:
   the simulated device's run of the same FLMGemm step (M=256, K=512,
   N=1024) from the stream cache and from a simulator of the whole design,
@@ -84,9 +84,9 @@ def compiled(root: Path) -> tuple[int, int, int, float]:
 
 
 def stream_costs(root: Path) -> tuple[list[float], list[float]]:
-    """Per shape but the first: ms to build the design at its M alone, ms
-    to generate and cache its stream (that build included), each operator's
-    image and the configuration made once, before."""
+    """Per shape but the first: ms to build the sequence at its M alone,
+    ms to generate and cache its stream (that build included), each
+    operator's image and the configuration made once, before."""
     streams = Streams(CompileCache(root))
     ops = {kn: FLMGemm(K=kn[0], N=kn[1], max_M=m).resolve(NPU2) for kn, m in capacities().items()}
     images = {kn: design_of(op) for kn, op in ops.items()}  # the image's compile builds them
@@ -167,11 +167,11 @@ def measure(repeats: int) -> list[tuple[str, str]]:
             "new stream, warm configuration: generate + cache",
             f"median {statistics.median(generated):.1f} ms, largest {max(generated):.1f} ms; "
             f"goal < 5 ms met by {sum(t < 5 for t in generated)} of {len(generated)} "
-            "(building the design at M and lowering its sequence both grow with its "
+            "(building the sequence at M and lowering it both grow with its "
             "statements: M x N)",
         ),
         (
-            "of which building the design at the new M",
+            "of which building the sequence at the new M",
             f"median {statistics.median(builds):.1f} ms, largest {max(builds):.1f} ms",
         ),
         (

@@ -10,15 +10,12 @@ import pytest
 
 from iron.core import Device, OperatorError, bf16, compare
 from iron.core.cli import main
-from iron.design import design_of
 from iron.dispatch import Session, graph
 from iron.dispatch.cache import CompileCache
 from iron.dispatch.program import Program
-from iron.dispatch.streams import StreamError, Streams
 from iron.ops.eltwise.chunk_copy import ChunkCopy
 from iron.ops.eltwise.mem_copy import MemCopy
 from iron.ops.eltwise.strided_copy import StridedCopy
-from iron.ops.flm import design as flm_design
 from iron.ops.flm.decode_layer import DecodeLayer
 from iron.ops.flm.gemm import FLMGemm
 from iron.ops.flm.lm_head import LMHead
@@ -196,18 +193,6 @@ def test_an_unbound_m_runs_at_the_operators_own_and_keys_the_cache(tmp_path):
 
             c = f(a)
             assert np.any(c[:m].view(np.uint16)) and not np.any(c[m:].view(np.uint16)), m
-
-
-def test_a_sequence_whose_configuration_moves_with_m_is_refused(monkeypatch):
-    """A design at a new M must be the image's configuration with another
-    sequence: one whose A tiles changed (tile_ma) is refused by name."""
-    op = FLMGemm(K=512, N=1024, max_M=512).resolve(NPU2)
-    streams = Streams()
-    streams.stream(op, design_of(op), {"M": 512})
-    other = attrs.evolve(op, tile_ma=32)
-    monkeypatch.setattr(FLMGemm, "sequence", lambda self, *, M: flm_design.build(other.at(M)))
-    with pytest.raises(StreamError, match=r"FLMGemm at M=256: its design's configuration differs"):
-        streams.stream(op, design_of(op), {"M": 256})
 
 
 def sweep(session, M_values, K, N):

@@ -1,6 +1,7 @@
-"""Streams: a runtime-shaped operator's stream at new values is lowered
-against its step's configuration, and refused when its design's
-configuration moved with the values."""
+"""Streams: a runtime-shaped operator's stream at new values is its
+sequence lowered against its step's configuration; a sequence that
+configuration cannot run, or a design whose configuration moved with the
+values, is refused by name."""
 
 import attrs
 import pytest
@@ -8,7 +9,7 @@ from dispatch_fakes import AddK
 
 from iron.core import Device
 from iron.design import TAP, Drain, Fill, design_of
-from iron.dispatch.streams import StreamError, Streams
+from iron.dispatch.streams import StreamError, Streams, design_at
 
 SIZE = 1024
 NPU2 = Device.from_name("npu2")
@@ -16,42 +17,58 @@ NPU2 = Device.from_name("npu2")
 
 @attrs.frozen
 class Halves(AddK):
-    """AddK whose sequence per k moves x in two halves: its design built
-    again per call (equal configuration, new objects); `grow` makes the
-    objects k times larger, a configuration that moves with k."""
-
-    grow: bool = False
+    """AddK whose sequence per k moves x in two halves."""
 
     def sequence(self, *, k):
-        tile = self.tile * k if self.grow else self.tile
-        design = self.design(self.size, tile, self.device)
         half = self.size // 2
-        return attrs.evolve(
-            design,
-            sequence=(
-                Fill("in", "x", TAP.linear(half)),
-                Fill("in", "x", TAP.linear(half, half)),
-                Drain("out", "y", TAP.linear(self.size)),
-            ),
+        return (
+            Fill("in", "x", TAP.linear(half)),
+            Fill("in", "x", TAP.linear(half, half)),
+            Drain("out", "y", TAP.linear(self.size)),
         )
 
 
-def test_a_stream_at_new_values_is_lowered_against_the_configuration():
+@attrs.frozen
+class Grows(AddK):
+    """AddK whose design function builds objects k times larger: a
+    configuration that moves with k (it has no `sequence`; its derived
+    words make it runtime-shaped)."""
+
+    @staticmethod
+    def design(size, tile, k, device):
+        return AddK.design(size, tile * max(1, k), device)
+
+    def runtime_params(self, **values):
+        return {}
+
+
+def test_a_stream_at_new_values_runs_the_operators_sequence_over_the_configuration():
     op = Halves(SIZE).resolve(NPU2)
     base = design_of(op)
     streams = Streams()
     stream = streams.stream(op, base, {"k": 3})
     assert len(stream.lowered.runtime.tasks) == 3
     assert stream.lowered.configuration == streams.configuration(op, base)[0].configuration
+    # nothing of the configuration made again: the step design's own values
+    at = design_at(op, base, {"k": 3})
+    assert (at.workers, at.fifos, at.tensors) == (base.workers, base.fifos, base.tensors)
+    assert at.workers is base.workers and at.sequence != base.sequence
     assert stream.params == {"k": 3}
     assert streams.stream(op, base, {"k": 3}) is stream
     assert (streams.configurations, streams.streams) == (1, 1)
 
 
+def test_a_sequence_the_configuration_cannot_run_is_refused_by_name(monkeypatch):
+    op = Halves(SIZE).resolve(NPU2)
+    monkeypatch.setattr(Halves, "sequence", lambda self, *, k: (Fill("nowhere", "x"),))
+    with pytest.raises(StreamError, match=r"Halves at k=2: its sequence does not run on the image"):
+        Streams().stream(op, design_of(op), {"k": 2})
+
+
 def test_a_design_whose_configuration_moves_with_a_value_is_refused():
-    op = Halves(SIZE, grow=True).resolve(NPU2)
+    op = Grows(SIZE).resolve(NPU2)
     streams = Streams()
-    assert streams.stream(op, design_of(op), {"k": 1}).params == {"k": 1}
-    with pytest.raises(StreamError, match=r"Halves at k=2: its design's configuration differs"):
+    assert streams.stream(op, design_of(op), {"k": 0}).params == {"k": 0}
+    with pytest.raises(StreamError, match=r"Grows at k=2: its design's configuration differs"):
         streams.stream(op, design_of(op), {"k": 2})
     assert streams.streams == 1

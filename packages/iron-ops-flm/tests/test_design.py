@@ -204,10 +204,12 @@ CAPACITY = FLMGemm(K=512, N=1024, max_M=768, epilogue="sigmoid").resolve(NPU2)
 
 
 def test_one_image_serves_every_m_of_a_capacity():
-    designs = [CAPACITY.sequence(M=m) for m in (256, 512, 768)]
+    designs = [design_of(CAPACITY.at(m)) for m in (256, 512, 768)]
     image = {canonical((d.name, d.fifos, d.links, d.workers, d.params, d.tensors)) for d in designs}
     assert len(image) == 1  # the same tensors too: A and C hold max_M rows
     assert len({d.sequence for d in designs}) == 3
+    # what dispatch runs per M over the image: the design's sequence at M
+    assert [CAPACITY.sequence(M=m) for m in (256, 512, 768)] == [d.sequence for d in designs]
     assert [CAPACITY.runtime_params(M=m)["zeros_0"] for m in (256, 512, 768)] == [32, 16, 0]
 
 

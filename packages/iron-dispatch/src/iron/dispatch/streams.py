@@ -4,8 +4,8 @@ instruction stream) is generated per distinct value, and cached by it.
 
 A step is runtime-shaped when its operator says so
 (`iron.dispatch.values.runtime_shaped`: it provides `sequence(**values)`,
-its design at those values, or `runtime_params(**values)`, the words of
-its design's derived parameters). Its configuration is what
+its design's runtime sequence at those values, or `runtime_params(**values)`,
+the words of its design's derived parameters). Its configuration is what
 iron-design's `lower` splits off (`Configuration.digest()`); a stream is the
 design's runtime sequence for one operator at one set of values, lowered
 against that configuration alone (`iron.design.lower.lower_stream`, the
@@ -20,11 +20,14 @@ steps run (`instructions`): one per `stream_key`, the step's design and
 the call's parameters and values, kept for the session's executables (a
 decode's offsets make one per position).
 
-Where a design's sequence depends on the values, the operator's design
-function builds it at those values (its configuration must be the step's:
-a design whose configuration moved with a value is refused, naming the
-operator and the values); where only parameter words change (an offset),
-the step is not runtime-shaped and its one sequence serves every call.
+Where a design's sequence depends on the values, the operator's
+`sequence(**values)` gives it, and it runs over the step's design as it
+is: nothing of the configuration is built again for a new value. An
+operator without one has its design function build its design at the
+values, whose configuration must be the step's (one that moved with a value
+is refused, naming the operator and the values). Where only parameter
+words change (an offset), the step is not runtime-shaped and its one
+sequence serves every call.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import attrs
 import numpy as np
 
 from iron.core import Operator
-from iron.design import Design, design_of, lower
+from iron.design import Design, DesignError, design_of, lower
 from iron.design.lower import Lowered, lower_stream
 from iron.design.model import canonical
 from iron.dispatch.identity import digest
@@ -210,12 +213,20 @@ class Streams:
 
 
 def design_at(op: Operator, base: Design, values: Mapping[str, int]) -> Design:
-    """The design of `op` at `values`: the operator's `sequence(**values)`
-    where it provides one, else `base` itself at the operator's own values,
-    else its design function at those (`attrs.evolve` runs the operator's
-    checks first)."""
+    """The design of `op` at `values`: `base` (the step's design) running
+    the operator's `sequence(**values)` where it provides one (its runtime
+    sequence at those values over the image's configuration and tensors),
+    else `base` itself at the operator's own values, else its design
+    function at those (`attrs.evolve` runs the operator's checks first)."""
     if callable(getattr(type(op), "sequence", None)):
-        return op.sequence(**values)
+        statements = tuple(op.sequence(**values))
+        try:
+            return attrs.evolve(base, sequence=statements)
+        except DesignError as error:
+            raise StreamError(
+                f"{type(op).__name__} at {_label(values)}: its sequence does not run on the "
+                f"image's configuration ({base.name}): {error}"
+            ) from None
     if all(getattr(op, k) == v for k, v in values.items()):
         return base
     return design_of(attrs.evolve(op, **values))

@@ -58,8 +58,8 @@ def runtime_shaped(op: Operator) -> bool:
     """Whether `op` is runtime-shaped: its runtime sequence or its design's
     derived parameter words follow its dispatch-time values, so a step of
     it takes a stream generated per values (`iron.dispatch.streams`). It
-    declares so by providing `sequence(**values)` (its design at those
-    values) or `runtime_params(**values)` (the derived words); every
+    declares so by providing `sequence(**values)` (its design's runtime
+    sequence at those values) or `runtime_params(**values)` (the derived words); every
     per-call member of such an operator is a dispatch-time value. The one
     meaning of both: packaging's rule, the program's steps and the device
     all ask this."""

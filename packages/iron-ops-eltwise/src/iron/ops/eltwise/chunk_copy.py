@@ -84,10 +84,10 @@ class ChunkCopy(Operator):
         return movers.chunk_copy(chunk, max_chunks, n, device, dtype)
 
     def sequence(self, *, n: int):
-        """The design at `n` chunks: the same configuration (one lane, a
-        chunk per object), a sequence moving n chunks."""
+        """The runtime sequence at `n` chunks, over the same configuration
+        (one lane, a chunk per object): the shim moves n chunks."""
         self.check_call(n=n)
-        return self.design(self.chunk, self.max_chunks, self.dtype, n, self.device)
+        return self.design(self.chunk, self.max_chunks, self.dtype, n, self.device).sequence
 
     def reference(self, x, y, *, n):
         self.check_call(n=n)

@@ -403,12 +403,13 @@ class FLMGemm(Operator):
         self.check_call(M=M)
         return self if int(M) == self.M else attrs.evolve(self, M=int(M))
 
-    def sequence(self, *, M: int):
-        """The design at a call's M: the same configuration, the runtime
-        sequence of M's rows (and of the zero rows up to max_M)."""
+    def sequence(self, *, M: int) -> tuple:
+        """The runtime sequence at a call's M, over the image's
+        configuration: M's rows, and the zero rows up to max_M."""
         from iron.ops.flm import design
 
-        return design.build(self.on().at(M))
+        op = self.on().at(M)
+        return tuple(design.sequence(op, op.program()))
 
     def runtime_params(self, *, M: int | None = None) -> dict[str, int]:
         """The design's parameter words at a call's M (default: the
