@@ -114,7 +114,8 @@ def test_the_lowered_text_shows_the_words_and_the_wait(npu1):
     text = lowered_text(lower(scaled(npu1), rtp=("tiles", "factor")))
     assert "rtp write  factor into word 1 of rtp_adder" in text
     assert "set lock   the barrier lock of rtp_adder to 1" in text
-    assert "wait for rtp_adder; loop " in text
+    assert "each iteration: wait for rtp_adder; loop " in text
+    assert "  wait for rtp_adder; " in lowered_text(lower(scaled(npu1), rtp=("factor",)))
 
 
 def test_the_simulator_runs_the_rtp_form(npu1):
@@ -150,11 +151,13 @@ def test_a_wrong_word_or_a_missing_barrier_set_shows(npu1):
     with pytest.raises(DeadlockError, match="waits for barrier rtp_adder to be 1"):
         Simulator(design, lowered=unset).run({"x": x}, params)
 
-    # the factor written into the loop count's word: the factor's word keeps
-    # what uncleared memory holds
+    # the factor written into the loop count's word: 3 tiles, and the fourth
+    # waits for the next call's words (the core reads them at each call)
     swapped = _replaced(lowered, WriteRtp(0, 1, "factor", 0), WriteRtp(0, 0, "factor", 0))
-    y = Simulator(design, lowered=swapped).run({"x": x}, params)["y"]
-    assert not np.array_equal(y, x * 3)
+    with pytest.raises(
+        DeadlockError, match=r"iteration 2: waits for barrier rtp_adder to be 1 \(it is 2\)"
+    ):
+        Simulator(design, lowered=swapped).run({"x": x}, params)
 
     # the count written into the factor's word: the output is scaled by 4, not 3
     # (and a replay, which takes the words as the first run read them, agrees)
@@ -162,6 +165,30 @@ def test_a_wrong_word_or_a_missing_barrier_set_shows(npu1):
     simulator = Simulator(design, lowered=crossed)
     for _ in range(2):
         np.testing.assert_array_equal(simulator.run({"x": x}, params)["y"], x * 4)
+
+
+def test_a_core_that_reads_a_word_before_its_first_acquire_waits_at_every_iteration(npu1):
+    """The loop count at the top of the body is read before any data of a
+    call arrives: that core waits for each call's words and releases after
+    its iteration (an iteration is a call). A word read only after an
+    acquire (the kernel's factor, the count fixed) is ordered by the data:
+    one wait, before the loop."""
+    design, x = scaled(npu1), ints(4096)
+    (each,) = lower(design, rtp=("tiles", "factor")).configuration.rtps
+    (once,) = lower(design, rtp=("factor",)).configuration.rtps
+    assert each.each_iteration and not once.each_iteration
+    y = Simulator(design, lowered=lower(design, rtp=("factor",))).run(
+        {"x": x}, {"tiles": 4, "factor": 3}
+    )["y"]
+    np.testing.assert_array_equal(y, x * 3)
+    # two iterations of two tiles: the second waits for a call that never comes
+    with pytest.raises(DeadlockError, match="iteration 2: waits for barrier rtp_adder"):
+        Simulator(design, lowered=lower(design, rtp=("tiles", "factor"))).run(
+            {"x": x}, {"tiles": 2, "factor": 3}
+        )
+    # the same words from the scratchpad (a full ELF, cores restarted per run) run them both
+    y = Simulator(design).run({"x": x}, {"tiles": 2, "factor": 3})["y"]
+    np.testing.assert_array_equal(y, x * 3)
 
 
 def test_the_buffers_count_in_core_memory(npu1):
@@ -187,13 +214,17 @@ CHECK:      aie.core(%[[TILE]])
 CHECK-DAG:  %[[C0:{V}]] = arith.constant 0 : index
 CHECK-DAG:  %[[C1:{V}]] = arith.constant 1 : index
 CHECK-DAG:  %[[ONE:{V}]] = arith.constant 1 : i32
-CHECK:      aie.use_lock(%[[LOCK]], Acquire, %[[ONE]])
-CHECK-NEXT: scf.for
+CHECK-NOT:  aie.use_lock(%[[LOCK]]
+CHECK:      scf.for
+CHECK-NEXT: aie.use_lock(%[[LOCK]], Acquire, %[[ONE]])
 CHECK-NEXT: %[[TILES:{V}]] = memref.load %[[BUF]][%[[C0]]] : memref<2xi32>
 CHECK-NEXT: %[[BOUND:{V}]] = arith.index_cast %[[TILES]] : i32 to index
 CHECK-NEXT: scf.for %{{{{{V}}}}} = %{{{{{V}}}}} to %[[BOUND]] step
 CHECK:      %[[FACTOR:{V}]] = memref.load %[[BUF]][%[[C1]]] : memref<2xi32>
 CHECK-NEXT: func.call @scale_model(%{{{{{V}}}}}, %{{{{{V}}}}}, %[[FACTOR]])
+CHECK:      }}
+CHECK-NEXT: aie.use_lock(%[[LOCK]], Release, %[[ONE]])
+CHECK-NEXT: }}
 CHECK-NOT:  read_scratchpad_parameter
 CHECK:      aie.runtime_sequence @sequence(
 CHECK-NEXT: %[[V0:{V}]] = arith.constant 4 : i32

@@ -485,6 +485,8 @@ def test_flm_gemm_on_a_sim_xclbin_runs_its_words_as_runtime_parameters(device, t
         for simulator in simulators:
             config = simulator.lowered.configuration
             assert {b.worker for b in config.rtps} == {w.name for w in simulator.design.workers}
+            # its cores read their slab counts first: they wait for every call's words
+            assert all(b.each_iteration for b in config.rtps)
             writes = [op for op in simulator.lowered.runtime.ops if isinstance(op, WriteRtp)]
             assert len(writes) == 11 * len(config.rtps)  # eleven words a core reads
             # the buffers and their locks fit beside what the cores hold

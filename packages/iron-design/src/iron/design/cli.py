@@ -364,9 +364,7 @@ def lowered_text(lowered: Lowered) -> str:
         rows.append([channel.label, channel.fifo, channel.end, driven])
     lines += [table(rows, ["channel", "fifo", "end", "BD chain"]), ""]
     rows = [
-        [core.worker, str(core.tile), f"{core.stack} B",
-         ("" if core.rtp is None else f"wait for {config.rtps[core.rtp].symbol}; ")
-         + _ops_text(core.body)]
+        [core.worker, str(core.tile), f"{core.stack} B", _rtp_wait(config, core) + _ops_text(core.body)]
         for core in config.cores
     ]  # fmt: skip
     if rows:
@@ -394,6 +392,18 @@ def lowered_text(lowered: Lowered) -> str:
             rows.append(["rtp write", into, "", "", ""])
     lines.append(table(rows, ["op", "task", "channel / why", "BD ids", "queued"]))
     return "\n".join(lines)
+
+
+def _rtp_wait(config, core) -> str:
+    """How a core waits for its runtime-parameter words, as text."""
+    if core.rtp is None:
+        return ""
+    rtp = config.rtps[core.rtp]
+    return (
+        f"each iteration: wait for {rtp.symbol}; "
+        if rtp.each_iteration
+        else f"wait for {rtp.symbol}; "
+    )
 
 
 def _ops_text(body) -> str:

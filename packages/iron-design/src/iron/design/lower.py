@@ -68,7 +68,17 @@ AIEObjectFifoStatefulTransform.cpp, cited below by function) makes each part:
   AIELowerScratchpadParameters.cpp `emitCorePreambles`, `lowerReadParameters`:
   a lock at 0, an acquire of 1 at the top of the core, a set to 1 after the
   writes, a ``memref.load`` per read). A later call's words are written
-  before its fills, so a core reads them once that call's data reaches it.
+  before its fills, so a core whose reads follow an acquire reads them
+  once that call's data reaches it. A core that reads a word before its
+  first acquire (FLMGemm's slab and work counts at the top of its body:
+  an iteration is a call) would read the last call's words at the next
+  iteration's top, before the next call writes; there is no PDI reload
+  between an xclbin's runs to restart it as the full ELF's scratchpad
+  relies on. Such a core waits at the top of every iteration and releases
+  1 at its end, leaving the lock at 2 until the next call sets it to 1, as
+  mlir-aie's programming_examples/ml/mm_activation_epilogue does with a
+  `WorkerRuntimeBarrier` (`wait_for_value(1)`, a pass,
+  `release_with_value(1)`, the sequence's `set(1)` per pass).
   The buffer and the lock count in the tile's memory and locks.
 - BD chains (`createAIETileDMA`, `createMemTileDMA`): one BD per buffer (per
   lane on a split's or join's own channel), each repeated `repeat_count` times
@@ -272,6 +282,12 @@ class RtpBuffer:
     tile: Tile
     params: tuple[str, ...]
     lock: int
+    #: the core reads a word before its first acquire of an iteration (a
+    #: loop count at the top of its body: an iteration is a call), so it
+    #: waits for the lock at the top of every iteration and releases it at
+    #: the end; otherwise it waits once, before its loop, and the data a
+    #: call brings orders its reads after that call's writes
+    each_iteration: bool = attrs.field(default=False, metadata={"omitted_at_default": True})
 
     @property
     def symbol(self) -> str:
@@ -525,6 +541,26 @@ def core_params(worker) -> tuple[str, ...]:
     return tuple(dict.fromkeys(read))
 
 
+def reads_before_acquire(body, words: frozenset[str]) -> bool:
+    """Whether `body` reads one of `words` (a loop count or a kernel
+    scalar) before its first acquire, in the order it runs."""
+    return _first_of(body, words) == "read"
+
+
+def _first_of(body, words: frozenset[str]) -> str | None:
+    """ "read" or "acquire", whichever `body` does first; None: neither."""
+    for op in body:
+        if isinstance(op, Acquire):
+            return "acquire"
+        args = [op.count] if isinstance(op, Loop) else list(getattr(op, "args", ()))
+        if any(isinstance(a, Param) and a.name in words for a in args):
+            return "read"
+        found = _first_of(op.body, words) if isinstance(op, Loop) else None
+        if found is not None:
+            return found
+    return None
+
+
 def lower_stream(lowered: Lowered, design: Design) -> Lowered:
     """`design` lowered against `lowered`'s configuration, for a design that
     differs from `lowered.design` only in its runtime sequence and runtime
@@ -701,7 +737,8 @@ class _Builder:
             if words:
                 lock = self._lock(worker.tile, f"rtp_{worker.name}", "barrier", 0)
                 self.rtp_of[worker.name] = len(self.rtps)
-                self.rtps.append(RtpBuffer(worker.name, worker.tile, words, lock))
+                early = reads_before_acquire(worker.body, frozenset(words))
+                self.rtps.append(RtpBuffer(worker.name, worker.tile, words, lock, early))
                 self.memory[worker.tile].append(
                     MemoryItem("buffer", self.rtps[-1].symbol, self.rtps[-1].nbytes)
                 )

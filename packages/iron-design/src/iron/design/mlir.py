@@ -59,8 +59,13 @@ Choices, each as current mlir-aie makes it:
   core reads are words of its runtime-parameter buffer (`iron.design.lower`
   says why): ``aie.buffer`` ``@rtp_<worker>`` of i32 words and a lock at
   0 on the core's tile; the core waits for the lock once, before its
-  loop (``aie.use_lock(Acquire, 1)``), and loads a word (``memref.load``)
-  where it would read the scratchpad; the sequence begins with one
+  loop (``aie.use_lock(Acquire, 1)``), or, where it reads a word before
+  its first acquire (an iteration is a call), at the top of every
+  iteration, releasing 1 at its end so the next iteration waits for the
+  next call's set (mlir-aie's programming_examples/ml/
+  mm_activation_epilogue: ``wait_for_value(1)``, a pass,
+  ``release_with_value(1)``); it loads a word (``memref.load``) where it
+  would read the scratchpad; the sequence begins with one
   ``aiex.npu.rtp_write`` per word, each of a constant (the call's value,
   as its instructions-only compile bakes it in), then ``aiex.set_lock`` of
   every such lock to 1.
@@ -577,11 +582,16 @@ class _Core:
             for end in core.ends
             if end.programmed
         ]
-        if core.rtp is not None:  # the runtime's set of its words, once
-            body.append(
-                f"aie.use_lock(%rtp_lock.{core.worker}, Acquire, {self._constant(1, 'i32')})"
-            )
-        body += self._loop(bound, core.body, {}, depth=0)
+        rtp = None if core.rtp is None else self.printer.lowered.configuration.rtps[core.rtp]
+        head, tail = [], []
+        if rtp is not None:  # the runtime's set of its words: once, or every call
+            one = self._constant(1, "i32")
+            wait = [f"aie.use_lock(%rtp_lock.{core.worker}, Acquire, {one})"]
+            if rtp.each_iteration:
+                head, tail = wait, [f"aie.use_lock(%rtp_lock.{core.worker}, Release, {one})"]
+            else:
+                body += wait
+        body += self._loop(bound, core.body, {}, depth=0, head=head, tail=tail)
         return [
             f"%core_{tile.col}_{tile.row} = aie.core({tile_value(tile)}) {{",
             *("  " + c for c in self.constants.values()),
@@ -604,7 +614,10 @@ class _Core:
     def _index(self, value: int) -> str:
         return self._constant(value, "index")
 
-    def _loop(self, count, body: tuple[CoreOp, ...], subviews: dict, depth: int) -> list[str]:
+    def _loop(
+        self, count, body: tuple[CoreOp, ...], subviews: dict, depth: int, head=(), tail=()
+    ) -> list[str]:
+        """An ``scf.for`` of `body`, `head` and `tail` lines first and last in it."""
         lines, start, step = [], self._index(0), self._index(1)
         if isinstance(count, Param):
             word = self._param(count.name, lines)
@@ -615,9 +628,10 @@ class _Core:
         lines.append(f"scf.for %i{depth} = {start} to {bound} step {step} {{")
         # values defined in the body are not in scope after it
         inner = dict(subviews)
+        lines += ["  " + line for line in head]
         for op in body:
             lines += ["  " + line for line in self._op(op, inner, depth + 1)]
-        return [*lines, "}"]
+        return [*lines, *("  " + line for line in tail), "}"]
 
     def _op(self, lowered: CoreOp, subviews: dict, depth: int) -> list[str]:
         """`subviews` maps a fifo to an acquire in scope (its subview, and how

@@ -24,9 +24,11 @@ the worker's `LocalBuffer` arrays (kept across iterations), and ints for
 scalars and parameters. `WaitBarrier` waits until the worker's lock of the
 barrier holds its value (an acquire-equal, as mlir-aie lowers
 `wait_for_value`); `ReleaseBarrier` adds to it. A core with a
-runtime-parameter buffer (`lower(design, rtp=...)`) first waits for its
-buffer's lock to be 1, and reads such a parameter from its word where it
-uses it (uncleared memory where the sequence wrote none). A `forever` worker repeats
+runtime-parameter buffer (`lower(design, rtp=...)`) waits for its
+buffer's lock to be 1, first (or, where it reads a word before its first
+acquire, at the top of every iteration, adding 1 at its end as mlir-aie's
+mm_activation_epilogue example does), and reads such a parameter from its
+word where it uses it (uncleared memory where the sequence wrote none). A `forever` worker repeats
 its body; one whose iteration took no lock can only repeat it, so it parks.
 
 DMA channels run their lowered BD chains, round and round (or `iterations`
@@ -928,14 +930,20 @@ class WorkerRun:
         return self.parked or (self.worker.forever and not self.acted)
 
     def _run(self):
-        if self.rtp is not None:  # the runtime has written its words
-            lock = self.machine.locks[self.rtp.lock]
+        rtp = self.rtp
+        lock = None if rtp is None else self.machine.locks[rtp.lock]
+        if rtp is not None and not rtp.each_iteration:  # the runtime has written its words
             while not self._ready(lock, 1, True):
                 yield lock, 1, True
         while True:
             self.iteration += 1
             self.took = self.acted = False
+            if rtp is not None and rtp.each_iteration:  # this call's words are written
+                while not self._ready(lock, 1, True):
+                    yield lock, 1, True
             yield from self._body(self.core.body)
+            if rtp is not None and rtp.each_iteration:  # read: the next call sets it again
+                self.machine.release(lock, 1, self._where)
             if not self.worker.forever:
                 self.finished = True
                 return
