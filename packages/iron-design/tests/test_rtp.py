@@ -10,6 +10,7 @@ import attrs
 import numpy as np
 import pytest
 from sim_designs import add_one_body, kernel, one_worker, scale_model
+from test_mlir import V, assert_matches
 
 from iron.core.spec import IN, OUT
 from iron.design import DeadlockError, Simulator, check, lower, place
@@ -32,13 +33,6 @@ from iron.design.model import (
     shim,
 )
 from iron.design.testing import filecheck
-
-V = "[a-z0-9_.]+"  # an SSA name, captured without its %
-
-
-def assert_matches(text: str, checks: str, tmp_path) -> None:
-    code, output = filecheck(text, checks, tmp_path)
-    assert code == 0, f"{output}\n--- emitted:\n{text}"
 
 
 def scaled(device, n=4096, tile=1024):
