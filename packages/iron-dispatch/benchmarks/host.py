@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import attrs
 import numpy as np
 
 from iron.core import ArgSpec, Operator, Tolerance, bf16, capture
-from iron.core.benchmarking import markdown_table, write_readme_section
+from iron.core.benchmarking import machine_note, markdown_table, write_readme_section
 from iron.core.spec import IN, OUT
 from iron.design import examples
 from iron.dispatch import CompileCache, OperatorSequence, Session, graph
@@ -219,9 +218,7 @@ def main(argv=None) -> int:
     text = markdown_table(("measure", "result"), measure(args.calls))
     print(text)
     if args.write_readme:
-        python = ".".join(map(str, sys.version_info[:3]))
-        note = f"Measured on a shared 2-core machine, Python {python}, best of repeats:\n\n"
-        write_readme_section(README, "host", note + text)
+        write_readme_section(README, "host", machine_note("best of repeats") + text)
     return 0
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from iron.core import Device, bf16
-from iron.core.benchmarking import markdown_table, write_readme_section
+from iron.core.benchmarking import machine_note, markdown_table, write_readme_section
 from iron.design import Simulator, design_of
 from iron.dispatch import CompileCache, Session, graph
 from iron.dispatch.streams import Streams
@@ -196,9 +195,7 @@ def main(argv=None) -> int:
     text = markdown_table(("measure", "result"), measure(args.repeats))
     print(text)
     if args.write_readme:
-        python = ".".join(map(str, sys.version_info[:3]))
-        note = f"Measured on a shared 2-core machine, Python {python}, sim backend:\n\n"
-        write_readme_section(README, "sweep", note + text)
+        write_readme_section(README, "sweep", machine_note("sim backend") + text)
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +29,13 @@ def median_seconds(fn: Callable[[], object], *, budget: float = 0.3, at_least: i
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def machine_note(how: str) -> str:
+    """The line a README table's figures stand under: the machine, the
+    Python that measured them and `how` (e.g. "best of repeats")."""
+    python = ".".join(map(str, sys.version_info[:3]))
+    return f"Measured on a shared 2-core machine, Python {python}, {how}:\n\n"
 
 
 def write_readme_section(readme: Path, name: str, text: str) -> None:
